@@ -1,0 +1,435 @@
+/// @file thread_world.hpp
+/// N ranks as threads of one process: the default transport of strata and its cluster
+/// rehearsal tool (per-link bandwidth/latency emulation, stragglers, injected faults).
+///
+/// ```cpp
+/// strata::comm::thread_world(4).run([](strata::comm::thread_transport& t) {
+///   std::vector<float> grad(1000, float(t.rank()));
+///   strata::comm::allreduce(t, std::span(grad));   // every rank now holds 0+1+2+3
+/// });
+/// ```
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "strata/comm/concepts.hpp"
+#include "strata/core/error.hpp"
+
+namespace strata::comm {
+
+/// An emulated network link: each message takes `latency_seconds` plus size / bandwidth, and
+/// messages on one link queue behind each other (so a 10 GbE link really carries ~1.25 GB/s).
+struct link_model {
+  double latency_seconds = 0.0;
+  double bandwidth_bytes_per_second = 0.0;  ///< 0 = unlimited (shared memory speed)
+  [[nodiscard]] bool emulated() const noexcept {
+    return latency_seconds > 0 || bandwidth_bytes_per_second > 0;
+  }
+};
+
+/// Settings of a thread_world.
+struct world_options {
+  double timeout_seconds = 60.0;  ///< every blocking operation ends within this
+  link_model link{};              ///< applied to every link between distinct ranks
+  /// Per-rank extra delay added before each message the rank sends (a straggler); empty = none.
+  std::vector<double> send_delay_seconds{};
+  /// Per-rank fault injection: the rank fails on its k-th send (1-based); 0 = never.
+  std::vector<std::uint64_t> fail_on_send{};
+};
+
+namespace detail {
+
+using clock = std::chrono::steady_clock;
+
+/// One queued message: either owned bytes (eager send) or a borrowed span (rendezvous send
+/// from sendrecv, copied straight into the receiver's buffer).
+struct envelope {
+  int source = -1;
+  tag_t tag = 0;
+  std::vector<std::byte> owned;
+  const std::byte* borrowed = nullptr;
+  std::size_t borrowed_size = 0;
+  struct rendezvous_state* rendezvous = nullptr;
+  clock::time_point ready{};
+  [[nodiscard]] std::size_t size() const noexcept {
+    return rendezvous != nullptr ? borrowed_size : owned.size();
+  }
+};
+
+/// Lifecycle of a rendezvous send: posted → taken (receiver copying) → done.
+struct rendezvous_state {
+  enum class phase { posted, taken, done } state = phase::posted;
+};
+
+struct mailbox {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<envelope> queue;
+  std::vector<clock::time_point> link_free;  ///< per source: when its emulated link is idle
+};
+
+struct world_state {
+  int size = 0;
+  world_options options;
+  std::vector<std::unique_ptr<mailbox>> mailboxes;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> link_bytes_sent;      ///< [src * size + dst]
+  std::unique_ptr<std::atomic<std::uint64_t>[]> link_bytes_received;  ///< [dst * size + src]
+  std::atomic<bool> aborted{false};
+  std::mutex abort_mutex;
+  std::exception_ptr first_error;
+  int first_failed_rank = -1;
+
+  world_state(int n, world_options opts) : size(n), options(std::move(opts)) {
+    mailboxes.reserve(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      mailboxes.push_back(std::make_unique<mailbox>());
+      mailboxes.back()->link_free.assign(static_cast<std::size_t>(n), clock::time_point{});
+    }
+    const auto links = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+    link_bytes_sent = std::make_unique<std::atomic<std::uint64_t>[]>(links);
+    link_bytes_received = std::make_unique<std::atomic<std::uint64_t>[]>(links);
+  }
+
+  void abort(int rank, std::exception_ptr error) {
+    {
+      std::lock_guard lock(abort_mutex);
+      if (!first_error) {
+        first_error = std::move(error);
+        first_failed_rank = rank;
+      }
+    }
+    aborted.store(true);
+    for (auto& box : mailboxes) {
+      std::lock_guard lock(box->mutex);
+      box->changed.notify_all();
+    }
+  }
+};
+
+}  // namespace detail
+
+/// One rank's endpoint in a thread_world; models `transport`. Thread-safe (see the concept).
+class thread_transport {
+ public:
+  thread_transport(detail::world_state& world, int rank)
+      : world_(&world), rank_(rank), timeout_(world.options.timeout_seconds) {}
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return world_->size; }
+  [[nodiscard]] double timeout_seconds() const noexcept { return timeout_; }
+  /// Changes the timeout of this endpoint's blocking operations.
+  void set_timeout(double seconds) {
+    STRATA_EXPECTS(seconds > 0, "thread_transport: timeout must be positive, got ", seconds);
+    timeout_ = seconds;
+  }
+
+  [[nodiscard]] std::uint64_t bytes_sent_to(int peer) const {
+    check_peer(peer, "bytes_sent_to");
+    return world_->link_bytes_sent[link(rank_, peer)].load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t bytes_received_from(int peer) const {
+    check_peer(peer, "bytes_received_from");
+    return world_->link_bytes_received[link(rank_, peer)].load(std::memory_order_relaxed);
+  }
+
+  /// Buffered send: copies `bytes` and returns at once.
+  void send(int peer, tag_t tag, std::span<const std::byte> bytes) {
+    before_send(peer, tag, "send");
+    detail::envelope message;
+    message.source = rank_;
+    message.tag = tag;
+    message.owned.assign(bytes.begin(), bytes.end());
+    post(peer, std::move(message));
+  }
+
+  /// Receives exactly `bytes.size()` bytes from `peer` with `tag`.
+  void recv(int peer, tag_t tag, std::span<std::byte> bytes) {
+    check_peer(peer, "recv");
+    receive(peer, tag, "recv", [&](detail::envelope& message) {
+      if (message.size() != bytes.size())
+        return std::optional<error>(error(
+            errc::size_mismatch, cat("rank ", rank_, ": message from peer ", peer, " (tag ", tag,
+                                     ") has ", message.size(), " bytes but ", bytes.size(),
+                                     " were expected; do both ranks pass the same length?")));
+      copy_payload(message, bytes.data());
+      return std::optional<error>();
+    });
+  }
+
+  /// Receives a message of any size from `peer` with `tag`.
+  std::vector<std::byte> recv_message(int peer, tag_t tag) {
+    check_peer(peer, "recv_message");
+    std::vector<std::byte> out;
+    receive(peer, tag, "recv_message", [&](detail::envelope& message) {
+      take_payload(message, out);
+      return std::optional<error>();
+    });
+    return out;
+  }
+
+  /// Receives the next message with `tag` from any rank.
+  message recv_any(tag_t tag) {
+    message out;
+    out.tag = tag;
+    receive(-1, tag, "recv_any", [&](detail::envelope& message) {
+      out.source = message.source;
+      take_payload(message, out.bytes);
+      return std::optional<error>();
+    });
+    return out;
+  }
+
+  /// Sends `out` to `to` and receives `in` from `from` at the same time. The send is a
+  /// rendezvous: the receiver copies straight from `out` (one copy, no staging buffer).
+  void sendrecv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
+                tag_t tag) {
+    before_send(to, tag, "sendrecv");
+    check_peer(from, "sendrecv");
+    detail::rendezvous_state state;
+    detail::envelope message;
+    message.source = rank_;
+    message.tag = tag;
+    message.borrowed = out.data();
+    message.borrowed_size = out.size();
+    message.rendezvous = &state;
+    post(to, std::move(message));
+    std::exception_ptr receive_error;
+    try {
+      recv(from, tag, in);
+    } catch (...) {
+      receive_error = std::current_exception();
+    }
+    wait_rendezvous(to, tag, state, receive_error != nullptr);
+    if (receive_error) std::rethrow_exception(receive_error);
+  }
+
+ private:
+  [[nodiscard]] std::size_t link(int a, int b) const noexcept {
+    return static_cast<std::size_t>(a) * static_cast<std::size_t>(world_->size) +
+           static_cast<std::size_t>(b);
+  }
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= world_->size)
+      fail(errc::out_of_range, cat("rank ", rank_, ": ", what, " with peer ", peer,
+                                   " outside the world of ", world_->size, " ranks"));
+  }
+  void throw_if_aborted(int peer, tag_t tag, const char* what) const {
+    if (world_->aborted.load())
+      fail(errc::aborted, cat("rank ", rank_, ": ", what, " with peer ", peer, " (tag ", tag,
+                              ") stopped because rank ", world_->first_failed_rank, " failed"));
+  }
+
+  void before_send(int peer, tag_t tag, const char* what) {
+    check_peer(peer, what);
+    throw_if_aborted(peer, tag, what);
+    ++sends_;
+    const auto& faults = world_->options.fail_on_send;
+    if (static_cast<std::size_t>(rank_) < faults.size() && faults[rank_] != 0 &&
+        sends_ == faults[rank_])
+      fail(errc::aborted, cat("rank ", rank_, ": injected fault on send ", sends_, " to peer ",
+                              peer, " (tag ", tag, ")"));
+    const auto& delays = world_->options.send_delay_seconds;
+    if (static_cast<std::size_t>(rank_) < delays.size() && delays[rank_] > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(delays[rank_]));
+  }
+
+  void post(int peer, detail::envelope message) {
+    const std::size_t size = message.size();
+    auto& box = *world_->mailboxes[static_cast<std::size_t>(peer)];
+    {
+      std::lock_guard lock(box.mutex);
+      message.ready = detail::clock::now();
+      const link_model& model = world_->options.link;
+      if (model.emulated() && peer != rank_) {
+        auto& free_at = box.link_free[static_cast<std::size_t>(rank_)];
+        auto start = std::max(message.ready, free_at);
+        if (model.bandwidth_bytes_per_second > 0)
+          start +=
+              std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(
+                  static_cast<double>(size) / model.bandwidth_bytes_per_second));
+        free_at = start;
+        message.ready = start + std::chrono::duration_cast<detail::clock::duration>(
+                                    std::chrono::duration<double>(model.latency_seconds));
+      }
+      box.queue.push_back(std::move(message));
+    }
+    world_->link_bytes_sent[link(rank_, peer)].fetch_add(size, std::memory_order_relaxed);
+    box.changed.notify_all();
+  }
+
+  /// Waits for a matching envelope (peer -1 = any), removes it from the queue and hands it to
+  /// `consume` outside the lock (a rendezvous sender stays blocked until `done`).
+  template <class Consume>
+  void receive(int peer, tag_t tag, const char* what, Consume&& consume) {
+    auto& box = *world_->mailboxes[static_cast<std::size_t>(rank_)];
+    const auto deadline =
+        detail::clock::now() + std::chrono::duration_cast<detail::clock::duration>(
+                                   std::chrono::duration<double>(timeout_));
+    std::unique_lock lock(box.mutex);
+    for (;;) {
+      throw_if_aborted(peer, tag, what);
+      auto found = std::find_if(box.queue.begin(), box.queue.end(), [&](const auto& m) {
+        return m.tag == tag && (peer < 0 || m.source == peer);
+      });
+      if (found != box.queue.end()) {
+        const auto now = detail::clock::now();
+        if (found->ready <= now) {
+          detail::envelope message = std::move(*found);
+          box.queue.erase(found);
+          if (message.rendezvous != nullptr)
+            message.rendezvous->state = detail::rendezvous_state::phase::taken;
+          lock.unlock();
+          const int source = message.source;
+          const std::size_t size = message.size();
+          std::optional<error> problem = consume(message);
+          world_->link_bytes_received[link(rank_, source)].fetch_add(size,
+                                                                     std::memory_order_relaxed);
+          if (message.rendezvous != nullptr) {
+            auto& sender_box = box;  // the sender waits on this (the receiver's) mailbox
+            std::lock_guard done_lock(sender_box.mutex);
+            message.rendezvous->state = detail::rendezvous_state::phase::done;
+            sender_box.changed.notify_all();
+          }
+          if (problem) throw *problem;
+          return;
+        }
+        box.changed.wait_until(lock, std::min(found->ready, deadline));
+      } else if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
+        // fall through to the deadline check below
+      }
+      if (detail::clock::now() >= deadline) {
+        throw_if_aborted(peer, tag, what);
+        fail(errc::timeout, cat("rank ", rank_, ": ", what, " from ",
+                                peer < 0 ? std::string("any peer") : cat("peer ", peer), " (tag ",
+                                tag, ") timed out after ", timeout_,
+                                " s; is that peer still running and sending with this tag? "
+                                "(raise world_options::timeout_seconds for slow steps)"));
+      }
+    }
+  }
+
+  /// The sender of a rendezvous waits until the receiver has copied its bytes. If it gives up
+  /// (timeout, abort, failed receive) it withdraws a message nobody took yet, and otherwise
+  /// waits for the copy in progress to finish so the receiver never reads freed memory.
+  void wait_rendezvous(int peer, tag_t tag, detail::rendezvous_state& state, bool giving_up) {
+    auto& box = *world_->mailboxes[static_cast<std::size_t>(peer)];
+    const auto deadline =
+        detail::clock::now() + std::chrono::duration_cast<detail::clock::duration>(
+                                   std::chrono::duration<double>(timeout_));
+    std::unique_lock lock(box.mutex);
+    using phase = detail::rendezvous_state::phase;
+    for (;;) {
+      if (state.state == phase::done) return;
+      const bool stop = giving_up || world_->aborted.load() || detail::clock::now() >= deadline;
+      if (stop && state.state == phase::posted) {
+        auto mine = std::find_if(box.queue.begin(), box.queue.end(),
+                                 [&](const auto& m) { return m.rendezvous == &state; });
+        if (mine != box.queue.end()) box.queue.erase(mine);
+        if (giving_up) return;
+        throw_if_aborted(peer, tag, "sendrecv");
+        fail(errc::timeout,
+             cat("rank ", rank_, ": sendrecv to peer ", peer, " (tag ", tag, ") timed out after ",
+                 timeout_, " s waiting for the peer to receive; is it still running?"));
+      }
+      box.changed.wait_until(lock,
+                             stop ? detail::clock::now() + std::chrono::milliseconds(1) : deadline);
+    }
+  }
+
+  static void copy_payload(const detail::envelope& message, std::byte* destination) {
+    if (message.size() == 0) return;
+    const std::byte* source =
+        message.rendezvous != nullptr ? message.borrowed : message.owned.data();
+    std::memcpy(destination, source, message.size());
+  }
+  static void take_payload(detail::envelope& message, std::vector<std::byte>& out) {
+    if (message.rendezvous != nullptr)
+      out.assign(message.borrowed, message.borrowed + message.borrowed_size);
+    else
+      out = std::move(message.owned);
+  }
+
+  detail::world_state* world_;
+  int rank_;
+  double timeout_;
+  std::uint64_t sends_ = 0;
+};
+
+/// N ranks as threads of one process. `run(fn)` calls `fn(thread_transport&)` on N threads
+/// and returns when all finish; if one throws, the others are stopped (their blocking calls
+/// raise `errc::aborted`) and run() rethrows the first error. Byte counters survive run().
+class thread_world {
+ public:
+  explicit thread_world(int size, world_options options = {})
+      : state_(std::make_unique<detail::world_state>(check_size(size), std::move(options))) {
+    STRATA_EXPECTS(state_->options.timeout_seconds > 0,
+                   "thread_world: timeout_seconds must be positive");
+    STRATA_EXPECTS(state_->options.send_delay_seconds.empty() ||
+                       state_->options.send_delay_seconds.size() == static_cast<std::size_t>(size),
+                   "thread_world: send_delay_seconds needs one entry per rank (", size, ")");
+    STRATA_EXPECTS(state_->options.fail_on_send.empty() ||
+                       state_->options.fail_on_send.size() == static_cast<std::size_t>(size),
+                   "thread_world: fail_on_send needs one entry per rank (", size, ")");
+  }
+
+  [[nodiscard]] int size() const noexcept { return state_->size; }
+
+  template <class Fn>
+  requires std::invocable<Fn&, thread_transport&>
+  void run(Fn&& fn) {
+    {
+      std::lock_guard lock(state_->abort_mutex);
+      state_->first_error = nullptr;
+      state_->first_failed_rank = -1;
+    }
+    state_->aborted.store(false);
+    for (auto& box : state_->mailboxes)
+      box->queue.clear();
+    {
+      std::vector<std::jthread> threads;
+      threads.reserve(static_cast<std::size_t>(size()));
+      for (int r = 0; r < size(); ++r) {
+        threads.emplace_back([this, r, &fn] {
+          thread_transport endpoint(*state_, r);
+          try {
+            fn(endpoint);
+          } catch (...) {
+            state_->abort(r, std::current_exception());
+          }
+        });
+      }
+    }
+    if (state_->first_error) std::rethrow_exception(state_->first_error);
+  }
+
+  /// Payload bytes sent from `src` to `dst` over all runs so far.
+  [[nodiscard]] std::uint64_t bytes_sent(int src, int dst) const {
+    return state_
+        ->link_bytes_sent[static_cast<std::size_t>(src) * static_cast<std::size_t>(size()) +
+                          static_cast<std::size_t>(dst)]
+        .load();
+  }
+
+ private:
+  static int check_size(int size) {
+    STRATA_EXPECTS(size >= 1, "thread_world: needs at least one rank, got ", size);
+    return size;
+  }
+  std::unique_ptr<detail::world_state> state_;
+};
+
+static_assert(transport<thread_transport>);
+
+}  // namespace strata::comm

@@ -1,0 +1,1 @@
+// Holds the precompiled header shared by the tests.
