@@ -1,0 +1,101 @@
+/// @file bench_common.hpp
+/// Shared pieces of strata's benchmarks: flags (--json PATH, --quick), best-of-N timing, the
+/// same-run memcpy baseline, and the JSON result file
+/// `[{"name", "value", "unit", "baseline", "ratio"}]`.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/core/buffer.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/timer.hpp"
+
+namespace strata::bench {
+
+/// One reported number: `value` in `unit`, the same-run `baseline` in the same unit, and
+/// `ratio` = value / baseline (> 1 means faster than the baseline for throughputs).
+struct result {
+  std::string name;
+  double value = 0;
+  std::string unit;
+  double baseline = 0;
+  double ratio = 0;
+};
+
+/// Command-line flags every bench understands.
+struct options {
+  std::string json_path;  ///< --json PATH: write results there
+  bool quick = false;     ///< --quick: smallest sizes only (CI smoke run)
+  std::vector<std::string> rest;
+
+  static options parse(int argc, char** argv) {
+    options o;
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view arg = argv[i];
+      if (arg == "--json") {
+        STRATA_EXPECTS(i + 1 < argc, "--json needs a file path");
+        o.json_path = argv[++i];
+      } else if (arg == "--quick") {
+        o.quick = true;
+      } else {
+        o.rest.emplace_back(arg);
+      }
+    }
+    return o;
+  }
+  /// Value of `--name V` among the remaining flags, or `fallback`.
+  [[nodiscard]] std::string get(std::string_view name, std::string fallback) const {
+    for (std::size_t i = 0; i + 1 < rest.size(); ++i)
+      if (rest[i] == name) return rest[i + 1];
+    return fallback;
+  }
+};
+
+/// Best (minimum) wall time in seconds of `repeats` runs of `fn`, after one warm-up run.
+inline double best_seconds(const std::function<void()>& fn, int repeats = 5) {
+  fn();
+  double best = 1e300;
+  for (int i = 0; i < repeats; ++i) {
+    stopwatch watch;
+    fn();
+    best = std::min(best, watch.seconds());
+  }
+  return best;
+}
+
+/// Same-run baseline: memcpy bandwidth (bytes/s) of `bytes` between two fresh buffers.
+inline double memcpy_bytes_per_second(std::size_t bytes, int repeats = 5) {
+  aligned_buffer<std::byte> from(bytes), to(bytes);
+  std::memset(from.data(), 1, bytes);
+  const double seconds = best_seconds([&] { std::memcpy(to.data(), from.data(), bytes); }, repeats);
+  return static_cast<double>(bytes) / seconds;
+}
+
+/// Prints results as a table and writes them as JSON when --json was given.
+inline void report(const options& o, const std::vector<result>& results) {
+  std::printf("%-48s %14s %-8s %14s %8s\n", "name", "value", "unit", "baseline", "ratio");
+  for (const auto& r : results)
+    std::printf("%-48s %14.4g %-8s %14.4g %8.3f\n", r.name.c_str(), r.value, r.unit.c_str(),
+                r.baseline, r.ratio);
+  if (o.json_path.empty()) return;
+  std::ofstream out(o.json_path);
+  if (!out) fail(errc::io_error, cat("cannot write ", o.json_path));
+  out << "[\n";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    out << "  {\"name\": \"" << r.name << "\", \"value\": " << r.value << ", \"unit\": \"" << r.unit
+        << "\", \"baseline\": " << r.baseline << ", \"ratio\": " << r.ratio << "}"
+        << (i + 1 < results.size() ? ",\n" : "\n");
+  }
+  out << "]\n";
+}
+
+}  // namespace strata::bench
