@@ -21,13 +21,12 @@ namespace strata::optim {
 ///   thread-safe for distinct rows.
 /// - `name`: short name for logs and checkpoints.
 template <class O>
-concept sparse_optimizer =
-    std::copy_constructible<O> &&
+concept sparse_optimizer = std::copy_constructible<O> &&
     requires(const O& o, std::span<float> row, std::span<float> state, std::span<const float> grad,
              std::size_t dim) {
-      { O::name } -> std::convertible_to<const char*>;
-      { O::state_floats(dim) } -> std::convertible_to<std::size_t>;
-      o.apply(row, state, grad);
-    };
+  { O::name } -> std::convertible_to<const char*>;
+  { O::state_floats(dim) } -> std::convertible_to<std::size_t>;
+  o.apply(row, state, grad);
+};
 
 }  // namespace strata::optim
