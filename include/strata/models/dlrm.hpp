@@ -1,0 +1,141 @@
+/// @file dlrm.hpp
+/// DLRM (Naumov et al., 2019): bottom MLP on dense features, pairwise dot interaction with the
+/// embedding rows, top MLP to a click logit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.hpp"
+#include "strata/core/matrix.hpp"
+#include "strata/embedding/concepts.hpp"
+#include "strata/models/concepts.hpp"
+#include "strata/nn/common.hpp"
+#include "strata/nn/interaction.hpp"
+#include "strata/nn/mlp.hpp"
+#include "strata/nn/parameters.hpp"
+
+namespace strata::models {
+
+/// Row counts of the 26 categorical features of the Criteo Kaggle display-advertising data
+/// set (as counted by DLRM's reference data loader).
+inline const std::vector<std::uint64_t>& criteo_kaggle_table_rows() {
+  static const std::vector<std::uint64_t> rows = {
+      1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+      93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+      2173,  4,    7046547,  18,      15,  286181, 105,     142572};
+  return rows;
+}
+
+/// DLRM's dense part:
+/// ```
+/// z      = relu(bottom_mlp(dense))                 // batch × d, ReLU after every layer
+/// x      = interaction(z, e_0 … e_{F−1})           // batch × (d + (F+1)F/2)
+/// logit  = top_mlp(x)                              // ReLU between layers, none at the end
+/// ```
+/// As DLRM's reference (`sigmoid_bot = −1`), the bottom MLP has a ReLU after its last layer
+/// too; the top MLP's output is a logit (apply nn::bce_with_logits). Parameters: bottom
+/// layers then top layers, each weight (xavier_uniform) then bias (fan_in_uniform), in one
+/// nn::parameter_set seeded by `config::seed`.
+///
+/// Cost per sample: 2·Σ in·out flops forward (≈ 0.95 Mflop for the Kaggle config) and about
+/// twice that backward, plus (F+1)²·d per interaction. Models `ctr_model`. Not thread-safe;
+/// uses oneTBB inside (deterministic, see nn::linear).
+class dlrm {
+ public:
+  /// Sizes; the defaults are DLRM's Criteo Kaggle configuration (bottom 13-512-256-64-16,
+  /// top 367-512-256-1 with 367 = 16 + 27·26/2).
+  struct config {
+    std::size_t dense_features = 13;
+    std::size_t sparse_features = 26;
+    std::size_t embedding_dim = 16;
+    /// Rows per table: one per sparse feature, or one value for all (0 = no fixed vocabulary).
+    std::vector<std::uint64_t> table_rows = criteo_kaggle_table_rows();
+    /// Output sizes of the bottom MLP's layers (its input is dense_features); the last must
+    /// equal embedding_dim.
+    std::vector<std::size_t> bottom_mlp = {512, 256, 64, 16};
+    /// Output sizes of the top MLP's layers (its input is d + (F+1)F/2); the last must be 1.
+    std::vector<std::size_t> top_mlp = {512, 256, 1};
+    std::uint64_t seed = 0;  ///< initialisation seed of the dense parameters
+  };
+
+  dlrm() : dlrm(config{}) {}
+  explicit dlrm(const config& c) : config_(c), interaction_(c.sparse_features, c.embedding_dim) {
+    STRATA_EXPECTS(c.dense_features > 0, "dlrm::config: dense_features must be positive");
+    STRATA_EXPECTS(c.sparse_features > 0, "dlrm::config: sparse_features must be positive");
+    STRATA_EXPECTS(!c.bottom_mlp.empty() && c.bottom_mlp.back() == c.embedding_dim,
+                   "dlrm::config: the bottom MLP must end in embedding_dim = ", c.embedding_dim,
+                   " (its output meets the embeddings in the dot interaction)");
+    STRATA_EXPECTS(!c.top_mlp.empty() && c.top_mlp.back() == 1,
+                   "dlrm::config: the top MLP must end in 1 output (the logit)");
+    const auto rows = detail::table_rows("dlrm", c.table_rows, c.sparse_features);
+    for (std::size_t f = 0; f < c.sparse_features; ++f)
+      tables_.push_back({cat("C", f + 1), rows[f], c.embedding_dim});
+    std::vector<std::size_t> bottom = {c.dense_features};
+    bottom.insert(bottom.end(), c.bottom_mlp.begin(), c.bottom_mlp.end());
+    std::vector<std::size_t> top = {interaction_.output_cols()};
+    top.insert(top.end(), c.top_mlp.begin(), c.top_mlp.end());
+    bottom_ = nn::mlp(params_, bottom, true, "bottom");
+    top_ = nn::mlp(params_, top, false, "top");
+    params_.allocate(c.seed);
+  }
+
+  [[nodiscard]] const config& get_config() const noexcept { return config_; }
+  /// Tables "C1" … "C<F>", each of dim embedding_dim.
+  [[nodiscard]] std::vector<embedding::table_spec> tables() const { return tables_; }
+  [[nodiscard]] std::size_t dense_features() const noexcept { return config_.dense_features; }
+  [[nodiscard]] std::span<float> parameters() noexcept { return params_.values(); }
+  [[nodiscard]] std::span<const float> parameters() const noexcept { return params_.values(); }
+  [[nodiscard]] std::span<float> gradients() noexcept { return params_.grads(); }
+  [[nodiscard]] std::span<const float> gradients() const noexcept { return params_.grads(); }
+  /// The named blocks of the flat buffers.
+  [[nodiscard]] const nn::parameter_set& parameter_blocks() const noexcept { return params_; }
+
+  void forward(const ctr_inputs& in, std::span<float> logits) {
+    detail::check_inputs("dlrm", tables_, config_.dense_features, in);
+    const std::size_t batch = in.dense.rows();
+    nn::detail::expect_size("dlrm::forward", "logits size", logits.size(), batch);
+    batch_ = batch;
+    embedded_.assign(in.embedded.begin(), in.embedded.end());
+    const auto z = bottom_.forward(params_.values(), in.dense);
+    const auto x = x_.view(batch, interaction_.output_cols());
+    interaction_.forward(z, embedded_, x);
+    const auto out = top_.forward(params_.values(), x);
+    for (std::size_t i = 0; i < batch; ++i)
+      logits[i] = out(i, 0);
+    forwarded_ = true;
+  }
+
+  void backward(std::span<const float> dlogits,
+                std::span<const matrix_view<float>> embedded_grads) {
+    if (!forwarded_)
+      fail(errc::invalid_argument, "dlrm::backward called before forward; run forward first");
+    nn::detail::expect_size("dlrm::backward", "dlogits size", dlogits.size(), batch_);
+    detail::check_embedding_grads("dlrm", tables_, batch_, embedded_grads);
+    const matrix_view<const float> dy(dlogits.data(), batch_, 1);
+    const auto dx = dx_.view(batch_, interaction_.output_cols());
+    top_.backward(params_.values(), dy, params_.grads(), dx);
+    const auto dz = dz_.view(batch_, config_.embedding_dim);
+    interaction_.backward(bottom_.output(), embedded_, dx, dz, embedded_grads);
+    bottom_.backward(params_.values(), dz, params_.grads());
+  }
+
+ private:
+  config config_;
+  std::vector<embedding::table_spec> tables_;
+  nn::parameter_set params_;
+  nn::mlp bottom_;
+  nn::interaction interaction_;
+  nn::mlp top_;
+  std::vector<matrix_view<const float>> embedded_;
+  nn::scratch x_, dx_, dz_;
+  std::size_t batch_ = 0;
+  bool forwarded_ = false;
+};
+
+static_assert(ctr_model<dlrm>);
+
+}  // namespace strata::models

@@ -1,0 +1,326 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include <tbb/global_control.h>
+
+#include "strata/core/rng.hpp"
+#include "strata/models.hpp"
+#include "strata/nn/loss.hpp"
+
+using namespace strata;
+
+namespace {
+
+std::vector<float> random_values(std::size_t n, std::uint64_t stream, float lo = -1.0f,
+                                 float hi = 1.0f) {
+  const counter_rng rng{7, stream};
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = rng.uniform(i, lo, hi);
+  return v;
+}
+
+/// One batch for a model: dense, embedded rows per table, labels.
+struct batch_data {
+  std::size_t rows = 0;
+  std::vector<float> dense, labels;
+  std::vector<std::vector<float>> emb;
+  std::vector<matrix_view<const float>> views;
+  batch_data(std::size_t b, std::size_t dense_features, const std::vector<embedding::table_spec>& t,
+             std::uint64_t stream)
+      : rows(b), dense(random_values(b * dense_features, stream)) {
+    labels = random_values(b, stream + 1, 0.0f, 1.0f);
+    for (auto& l : labels)
+      l = l < 0.5f ? 0.0f : 1.0f;
+    for (std::size_t k = 0; k < t.size(); ++k)
+      emb.push_back(random_values(b * t[k].dim, stream + 10 + k, -0.5f, 0.5f));
+    for (std::size_t k = 0; k < t.size(); ++k)
+      views.emplace_back(emb[k].data(), b, t[k].dim);
+  }
+  models::ctr_inputs inputs(std::size_t dense_features) const {
+    return {{dense.data(), rows, dense_features}, views};
+  }
+};
+
+/// Runs forward + mean BCE (scale 1/scale_batch) + backward; returns loss, fills grads.
+template <class Model>
+double train_step(Model& m, const batch_data& b, std::vector<std::vector<float>>& emb_grads,
+                  std::size_t scale_batch) {
+  const auto tables = m.tables();
+  std::vector<float> logits(b.rows), dl(b.rows);
+  m.forward(b.inputs(m.dense_features()), logits);
+  const double loss = nn::bce_with_logits(
+      logits, b.labels, dl, 1.0f / static_cast<float>(scale_batch), nn::reduction::sum);
+  emb_grads.assign(tables.size(), {});
+  std::vector<matrix_view<float>> gv;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    emb_grads[t].assign(b.rows * tables[t].dim, 0.0f);
+    gv.emplace_back(emb_grads[t].data(), b.rows, tables[t].dim);
+  }
+  m.backward(dl, gv);
+  return loss;
+}
+
+std::vector<double> numeric_grad(const std::function<double(const std::vector<double>&)>& f,
+                                 std::vector<double> x, double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = f(x);
+    x[i] = keep - h;
+    const double down = f(x);
+    x[i] = keep;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+std::vector<double> mlp_ref(const nn::parameter_set& ps, const std::vector<double>& p,
+                            const std::string& name, std::vector<double> h, std::size_t rows,
+                            bool relu_last) {
+  std::vector<const nn::param_block*> ws, bs;
+  for (const auto& b : ps.blocks()) {
+    if (b.name.rfind(name + ".", 0) != 0) continue;
+    (b.name.ends_with(".weight") ? ws : bs).push_back(&b);
+  }
+  for (std::size_t l = 0; l < ws.size(); ++l) {
+    const std::size_t out = bs[l]->size, in = ws[l]->size / out;
+    std::vector<double> y(rows * out);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t o = 0; o < out; ++o) {
+        double s = p[bs[l]->offset + o];
+        for (std::size_t i = 0; i < in; ++i)
+          s += h[r * in + i] * p[ws[l]->offset + o * in + i];
+        y[r * out + o] = (l + 1 < ws.size() || relu_last) ? std::max(s, 0.0) : s;
+      }
+    h = std::move(y);
+  }
+  return h;
+}
+
+/// float64 DLRM: mean BCE over the batch for params p and embedded rows e (per table).
+double dlrm_loss_ref(const models::dlrm& m, const std::vector<double>& p,
+                     const std::vector<std::vector<double>>& e, const batch_data& b) {
+  const auto& c = m.get_config();
+  const std::size_t d = c.embedding_dim, n = c.sparse_features + 1;
+  const auto z =
+      mlp_ref(m.parameter_blocks(), p, "bottom", {b.dense.begin(), b.dense.end()}, b.rows, true);
+  std::vector<double> x;
+  for (std::size_t r = 0; r < b.rows; ++r) {
+    const auto vec = [&](std::size_t i, std::size_t col) {
+      return i == 0 ? z[r * d + col] : e[i - 1][r * d + col];
+    };
+    for (std::size_t col = 0; col < d; ++col)
+      x.push_back(z[r * d + col]);
+    for (std::size_t i = 1; i < n; ++i)
+      for (std::size_t j = 0; j < i; ++j) {
+        double s = 0;
+        for (std::size_t col = 0; col < d; ++col)
+          s += vec(i, col) * vec(j, col);
+        x.push_back(s);
+      }
+  }
+  const auto logits = mlp_ref(m.parameter_blocks(), p, "top", x, b.rows, false);
+  double loss = 0;
+  for (std::size_t r = 0; r < b.rows; ++r) {
+    const double l = logits[r], y = b.labels[r];
+    loss += std::max(l, 0.0) - l * y + std::log1p(std::exp(-std::abs(l)));
+  }
+  return loss / static_cast<double>(b.rows);
+}
+
+models::dlrm::config small_config() {
+  models::dlrm::config c;
+  c.dense_features = 3;
+  c.sparse_features = 3;
+  c.embedding_dim = 4;
+  c.table_rows = {100};
+  c.bottom_mlp = {6, 4};
+  c.top_mlp = {5, 1};
+  c.seed = 3;
+  return c;
+}
+
+void require_close(std::span<const float> got, const std::vector<double>& want, double tol,
+                   const char* what) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO(what << "[" << i << "] got " << got[i] << " want " << want[i]);
+    REQUIRE(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
+  }
+}
+
+}  // namespace
+
+static_assert(models::ctr_model<models::dlrm>);
+static_assert(!models::ctr_model<int>);
+
+TEST_CASE("dlrm defaults are the Criteo Kaggle configuration", "[models][dlrm]") {
+  const models::dlrm m;
+  const auto tables = m.tables();
+  REQUIRE(tables.size() == 26);
+  REQUIRE(m.dense_features() == 13);
+  REQUIRE(tables[0].name == "C1");
+  REQUIRE(tables[2].rows == 10131227);
+  for (const auto& t : tables)
+    REQUIRE(t.dim == 16);
+  const std::size_t bottom = 13 * 512 + 512 + 512 * 256 + 256 + 256 * 64 + 64 + 64 * 16 + 16;
+  const std::size_t top = 367 * 512 + 512 + 512 * 256 + 256 + 256 + 1;
+  REQUIRE(m.parameters().size() == bottom + top);
+  REQUIRE(m.parameter_blocks().blocks()[8].name == "top.0.weight");
+  REQUIRE(m.parameter_blocks().blocks()[8].size == 367 * 512);
+}
+
+TEST_CASE("dlrm gradients match float64 finite differences", "[models][dlrm]") {
+  models::dlrm m(small_config());
+  const batch_data b(4, 3, m.tables(), 100);
+  std::vector<std::vector<float>> eg;
+  const double loss = train_step(m, b, eg, b.rows);
+
+  std::vector<double> p(m.parameters().begin(), m.parameters().end());
+  std::vector<std::vector<double>> e;
+  for (const auto& v : b.emb)
+    e.emplace_back(v.begin(), v.end());
+  REQUIRE(loss / b.rows == Approx(dlrm_loss_ref(m, p, e, b)).epsilon(1e-5));
+
+  const auto gp =
+      numeric_grad([&](const std::vector<double>& q) { return dlrm_loss_ref(m, q, e, b); }, p);
+  require_close(m.gradients(), gp, 2e-4, "dparams");
+  for (std::size_t t = 0; t < e.size(); ++t) {
+    const auto ge = numeric_grad(
+        [&](const std::vector<double>& q) {
+          auto e2 = e;
+          e2[t] = q;
+          return dlrm_loss_ref(m, p, e2, b);
+        },
+        e[t]);
+    require_close(eg[t], ge, 2e-4, "dembedding");
+  }
+}
+
+namespace {
+models::dlrm::config parallel_config() {
+  models::dlrm::config c;
+  c.dense_features = 13;
+  c.sparse_features = 8;
+  c.embedding_dim = 16;
+  c.table_rows = {1000};
+  c.bottom_mlp = {64, 16};
+  c.top_mlp = {130, 1};
+  c.seed = 11;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("dlrm is deterministic: same seed, 1 or 2 threads, bitwise", "[models][dlrm]") {
+  const auto c = parallel_config();
+  models::dlrm a(c), b(c);
+  REQUIRE(std::equal(a.parameters().begin(), a.parameters().end(), b.parameters().begin()));
+  auto c2 = c;
+  c2.seed = 12;
+  const models::dlrm other(c2);
+  REQUIRE(!std::equal(a.parameters().begin(), a.parameters().end(), other.parameters().begin()));
+
+  const batch_data data(520, c.dense_features, a.tables(), 300);  // parallel path (≥ 256 rows)
+  std::vector<std::vector<float>> ga, gb;
+  {
+    tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+    train_step(a, data, ga, data.rows);
+  }
+  {
+    tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
+    train_step(b, data, gb, data.rows);
+  }
+  REQUIRE(std::equal(a.gradients().begin(), a.gradients().end(), b.gradients().begin()));
+  REQUIRE(ga == gb);
+}
+
+TEST_CASE("dlrm: gradient of a 2B batch is the sum of its two halves", "[models][dlrm]") {
+  const auto c = parallel_config();
+  models::dlrm m(c);
+  const std::size_t half = 260;
+  const batch_data full(2 * half, c.dense_features, m.tables(), 500);
+  std::vector<std::vector<float>> eg_full;
+  train_step(m, full, eg_full, 2 * half);
+  const std::vector<float> g_full(m.gradients().begin(), m.gradients().end());
+
+  std::vector<double> g_sum(g_full.size(), 0.0);
+  for (std::size_t h = 0; h < 2; ++h) {
+    batch_data part = full;
+    part.rows = half;
+    part.dense.assign(
+        full.dense.begin() + static_cast<std::ptrdiff_t>(h * half * c.dense_features),
+        full.dense.begin() + static_cast<std::ptrdiff_t>((h + 1) * half * c.dense_features));
+    part.labels.assign(full.labels.begin() + static_cast<std::ptrdiff_t>(h * half),
+                       full.labels.begin() + static_cast<std::ptrdiff_t>((h + 1) * half));
+    for (std::size_t t = 0; t < part.emb.size(); ++t) {
+      const std::size_t d = c.embedding_dim;
+      part.emb[t].assign(full.emb[t].begin() + static_cast<std::ptrdiff_t>(h * half * d),
+                         full.emb[t].begin() + static_cast<std::ptrdiff_t>((h + 1) * half * d));
+      part.views[t] = matrix_view<const float>(part.emb[t].data(), half, d);
+    }
+    std::vector<std::vector<float>> eg;
+    train_step(m, part, eg, 2 * half);  // scale 1/global batch
+    for (std::size_t i = 0; i < g_sum.size(); ++i)
+      g_sum[i] += m.gradients()[i];
+    for (std::size_t t = 0; t < eg.size(); ++t)
+      for (std::size_t i = 0; i < eg[t].size(); ++i)
+        REQUIRE(std::abs(eg[t][i] - eg_full[t][h * half * c.embedding_dim + i]) <= 1e-6);
+  }
+  for (std::size_t i = 0; i < g_sum.size(); ++i)
+    REQUIRE(std::abs(g_full[i] - g_sum[i]) <= 1e-5);
+}
+
+TEST_CASE("dlrm rejects bad configs and bad inputs, naming what", "[models][dlrm]") {
+  auto c = small_config();
+  c.bottom_mlp = {6, 5};
+  REQUIRE_THROWS_WITH(models::dlrm(c), Catch::Contains("bottom MLP must end in embedding_dim = 4"));
+  c = small_config();
+  c.top_mlp = {5, 2};
+  REQUIRE_THROWS_WITH(models::dlrm(c), Catch::Contains("top MLP must end in 1 output"));
+  c = small_config();
+  c.table_rows = {1, 2};
+  REQUIRE_THROWS_WITH(models::dlrm(c), Catch::Contains("table_rows has 2 entries for 3"));
+
+  models::dlrm m(small_config());
+  std::vector<float> logits(4), dl(4);
+  REQUIRE_THROWS_WITH(m.backward(dl, {}), Catch::Contains("before forward"));
+  const batch_data b(4, 3, m.tables(), 1);
+  auto in = b.inputs(3);
+  in.dense = matrix_view<const float>(b.dense.data(), 3, 4);
+  try {
+    m.forward(in, logits);
+    FAIL("no throw");
+  } catch (const error& e) {
+    REQUIRE(e.code() == errc::size_mismatch);
+    REQUIRE_THAT(e.what(),
+                 Catch::Contains("dense input has 4 features per sample but the model expects 3"));
+  }
+  in = b.inputs(3);
+  in.embedded = std::span(b.views).first(2);
+  REQUIRE_THROWS_WITH(m.forward(in, logits),
+                      Catch::Contains("got 2 embedding inputs but the model reads 3"));
+  auto views = b.views;
+  views[1] = matrix_view<const float>(b.emb[1].data(), 2, 4);
+  in = b.inputs(3);
+  in.embedded = views;
+  REQUIRE_THROWS_WITH(
+      m.forward(in, logits),
+      Catch::Contains("embedding input of table 1 'C2' is 2 x 4 but must be 4 x 4"));
+  REQUIRE_THROWS_WITH(m.forward(b.inputs(3), std::span(logits).first(3)),
+                      Catch::Contains("logits size is 3 but must be 4"));
+  m.forward(b.inputs(3), logits);
+  std::vector<std::vector<float>> g(3, std::vector<float>(16));
+  std::vector<matrix_view<float>> gv;
+  for (auto& v : g)
+    gv.emplace_back(v.data(), 4, 4);
+  REQUIRE_THROWS_WITH(m.backward(std::span(dl).first(2), gv),
+                      Catch::Contains("dlogits size is 2 but must be 4"));
+  gv[2] = matrix_view<float>(g[2].data(), 4, 3);
+  REQUIRE_THROWS_WITH(m.backward(dl, gv),
+                      Catch::Contains("gradient view of table 2 'C3' is 4 x 3"));
+}
