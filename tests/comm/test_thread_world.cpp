@@ -1,8 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "strata/comm.hpp"
 #include "strata/core/timer.hpp"
@@ -14,11 +19,29 @@ namespace {
 std::span<const std::byte> bytes_of(const std::string& s) {
   return std::as_bytes(std::span(s));
 }
+
+/// Catch2 v2 assertions are not thread-safe, so ranks that run at the same time check with
+/// `ensure`: it throws, the world stops, and run() rethrows the message on the test's thread.
+template <class... Parts>
+void ensure(bool ok, const Parts&... parts) {
+  if (!ok) strata::fail(strata::errc::internal, strata::cat("check failed: ", parts...));
+}
+
+/// Runs `fn` on every rank and asserts (on the test's thread) that every rank finished.
+template <class Fn>
+void run_all(strata::comm::thread_world& world, Fn&& fn) {
+  std::atomic<int> finished{0};
+  world.run([&](strata::comm::thread_transport& t) {
+    fn(t);
+    finished.fetch_add(1);
+  });
+  REQUIRE(finished.load() == world.size());
+}
 }  // namespace
 
 TEST_CASE("tagged send and receive keep order per tag", "[comm][thread_world]") {
   thread_world world(2);
-  world.run([](thread_transport& t) {
+  run_all(world, [](thread_transport& t) {
     if (t.rank() == 0) {
       t.send(1, 7, bytes_of("first"));
       t.send(1, 8, bytes_of("other tag"));
@@ -89,7 +112,7 @@ TEST_CASE("link emulation delays messages by latency and bandwidth", "[comm][thr
   // 1 MB over a 100 MB/s link with 20 ms latency: at least 30 ms.
   thread_world world(2, {.link = {.latency_seconds = 0.02, .bandwidth_bytes_per_second = 100e6}});
   double elapsed = 0;
-  world.run([&](thread_transport& t) {
+  run_all(world, [&](thread_transport& t) {
     std::vector<std::byte> payload(1'000'000);
     barrier(t);
     stopwatch watch;
@@ -112,4 +135,203 @@ TEST_CASE("injected fault stops every rank", "[comm][thread_world]") {
       allreduce(t, std::span(g));
   }),
                       Catch::Contains("injected fault"));
+}
+
+TEST_CASE("sendrecv with itself copies, and reports a size mismatch", "[comm][thread_world]") {
+  thread_world world(2, {.timeout_seconds = 5});
+  run_all(world, [](thread_transport& t) {
+    const std::string out = "loopback";
+    std::string in(out.size(), '?');
+    t.sendrecv(t.rank(), bytes_of(out), t.rank(), std::as_writable_bytes(std::span(in)), 9);
+    ensure(in == out, "loopback got ", in);
+  });
+  REQUIRE_THROWS_WITH(world.run([](thread_transport& t) {
+    std::array<std::byte, 3> in{};
+    t.sendrecv(t.rank(), bytes_of("four"), t.rank(), in, 9);
+  }),
+                      Catch::Contains("has 4 bytes but 3 were expected"));
+  // The failed exchange left nothing behind: the next run works.
+  run_all(world, [](thread_transport& t) {
+    std::array<std::byte, 4> in{};
+    t.sendrecv(t.rank(), bytes_of("four"), t.rank(), in, 9);
+    ensure(static_cast<char>(in[3]) == 'r', "loopback after a failed run");
+  });
+}
+
+TEST_CASE("sendrecv_consume hands the peer's bytes to the callback", "[comm][thread_world]") {
+  static_assert(consuming_transport<thread_transport>);
+  thread_world world(3, {.timeout_seconds = 5});
+  run_all(world, [](thread_transport& t) {
+    const int right = (t.rank() + 1) % 3, left = (t.rank() + 2) % 3;
+    std::vector<int> mine(100, t.rank());
+    long long sum = 0;
+    t.sendrecv_consume(right, std::as_bytes(std::span(mine)), left, 100 * sizeof(int), 5,
+                       [&](std::span<const std::byte> in) {
+                         ensure(in.size() == 100 * sizeof(int), "size ", in.size());
+                         for (std::size_t i = 0; i < 100; ++i) {
+                           int v;
+                           std::memcpy(&v, in.data() + i * sizeof(int), sizeof v);
+                           sum += v;
+                         }
+                       });
+    ensure(sum == 100LL * left, "sum ", sum);
+  });
+  // An exception inside the callback reaches the caller and releases the sender.
+  REQUIRE_THROWS_WITH(world.run([](thread_transport& t) {
+    const int right = (t.rank() + 1) % 3, left = (t.rank() + 2) % 3;
+    std::byte b{};
+    t.sendrecv_consume(right, std::span(&b, 1), left, 1, 5, [&](std::span<const std::byte>) {
+      if (t.rank() == 1) throw std::runtime_error("consumer failed");
+    });
+  }),
+                      "consumer failed");
+}
+
+TEST_CASE("recv_any takes messages from every sender, in order per sender",
+          "[comm][thread_world]") {
+  constexpr int n = 4, per_sender = 20;
+  thread_world world(n, {.timeout_seconds = 10});
+  run_all(world, [&](thread_transport& t) {
+    if (t.rank() != 0) {
+      for (int k = 0; k < per_sender; ++k) {
+        const int payload[2] = {t.rank(), k};
+        t.send(0, 11, std::as_bytes(std::span(payload)));
+      }
+      return;
+    }
+    std::array<int, n> next{};
+    for (int m = 0; m < (n - 1) * per_sender; ++m) {
+      const message got = t.recv_any(11);
+      REQUIRE(got.tag == 11);
+      REQUIRE(got.bytes.size() == 2 * sizeof(int));
+      int payload[2];
+      std::memcpy(payload, got.bytes.data(), sizeof payload);
+      REQUIRE(payload[0] == got.source);
+      REQUIRE(payload[1] == next[static_cast<std::size_t>(got.source)]++);
+    }
+    for (int r = 1; r < n; ++r)
+      REQUIRE(next[static_cast<std::size_t>(r)] == per_sender);
+  });
+}
+
+TEST_CASE("one endpoint serves two threads with different tags", "[comm][thread_world]") {
+  constexpr int rounds = 200;
+  thread_world world(2, {.timeout_seconds = 10});
+  run_all(world, [&](thread_transport& t) {
+    const int peer = 1 - t.rank();
+    const auto ping_pong = [&](tag_t tag) {
+      for (int i = 0; i < rounds; ++i) {
+        const std::uint64_t mine = (std::uint64_t{tag} << 32) | static_cast<std::uint64_t>(i);
+        std::uint64_t theirs = 0;
+        if (t.rank() == 0) {
+          t.send(peer, tag, std::as_bytes(std::span(&mine, 1)));
+          t.recv(peer, tag, std::as_writable_bytes(std::span(&theirs, 1)));
+        } else {
+          t.recv(peer, tag, std::as_writable_bytes(std::span(&theirs, 1)));
+          t.send(peer, tag, std::as_bytes(std::span(&mine, 1)));
+        }
+        if (theirs != mine) fail(errc::internal, cat("tag ", tag, " round ", i, " got ", theirs));
+        std::uint64_t a = mine, b = 0;
+        t.sendrecv(peer, std::as_bytes(std::span(&a, 1)), peer,
+                   std::as_writable_bytes(std::span(&b, 1)), tag + 100);
+        if (b != mine) fail(errc::internal, cat("sendrecv tag ", tag, " round ", i));
+      }
+    };
+    std::exception_ptr other_error;
+    std::thread other([&] {
+      try {
+        ping_pong(2);
+      } catch (...) {
+        other_error = std::current_exception();
+      }
+    });
+    ping_pong(1);
+    other.join();
+    if (other_error) std::rethrow_exception(other_error);
+    const std::uint64_t per_tag = rounds * 2 * sizeof(std::uint64_t);
+    ensure(t.bytes_sent_to(peer) == 2 * per_tag, "sent ", t.bytes_sent_to(peer));
+    ensure(t.bytes_received_from(peer) == 2 * per_tag, "received ", t.bytes_received_from(peer));
+  });
+}
+
+TEST_CASE("sendrecv times out when the peer never receives", "[comm][thread_world]") {
+  thread_world world(2, {.timeout_seconds = 0.3});
+  stopwatch watch;
+  double failed_after = 0;
+  REQUIRE_THROWS_WITH(world.run([&](thread_transport& t) {
+    std::array<std::byte, 8> in{};
+    if (t.rank() == 1) {  // answers, but never takes rank 0's message
+      t.send(0, 4, in);
+      return;
+    }
+    try {
+      t.sendrecv(1, bytes_of("unwanted"), 1, in, 4);
+    } catch (const error& e) {
+      failed_after = watch.seconds();
+      REQUIRE(e.code() == errc::timeout);
+      throw;
+    }
+  }),
+                      Catch::Contains("rank 0") && Catch::Contains("peer 1") &&
+                          Catch::Contains("tag 4") &&
+                          Catch::Contains("waiting for the peer to receive"));
+  CHECK(failed_after >= 0.29);
+  CHECK(failed_after < 3.0);
+}
+
+TEST_CASE("a straggler slows every rank of the ring", "[comm][thread_world]") {
+  const auto time_allreduces = [](world_options options) {
+    thread_world world(4, std::move(options));
+    double slowest = 0;
+    std::mutex guard;
+    run_all(world, [&](thread_transport& t) {
+      std::vector<float> g(1000, 1.0f);
+      barrier(t);
+      stopwatch watch;
+      for (int i = 0; i < 3; ++i)
+        allreduce(t, std::span(g));
+      ensure(g[0] == 64.0f, "sum ", g[0]);
+      std::lock_guard lock(guard);
+      slowest = std::max(slowest, watch.seconds());
+    });
+    return slowest;
+  };
+  const double delay = 0.01;
+  const double fast = time_allreduces({.timeout_seconds = 10});
+  const double slow =
+      time_allreduces({.timeout_seconds = 10, .send_delay_seconds = {0, delay, 0, 0}});
+  // Each allreduce: 1 length check + 2(n-1) = 7 sends by the straggler, each delayed.
+  CHECK(slow >= 3 * 7 * delay * 0.95);
+  CHECK(slow > fast);
+}
+
+TEST_CASE("bad world options are rejected", "[comm][thread_world]") {
+  REQUIRE_THROWS_WITH(thread_world(2, {.timeout_seconds = 0}),
+                      Catch::Contains("timeout_seconds must be positive"));
+  REQUIRE_THROWS_WITH(thread_world(3, {.send_delay_seconds = {0.1}}),
+                      Catch::Contains("one entry per rank (3)"));
+  REQUIRE_THROWS_WITH(thread_world(2, {.fail_on_send = {1, 2, 3}}),
+                      Catch::Contains("one entry per rank (2)"));
+  REQUIRE_THROWS_WITH(thread_world(2, {.spin_seconds = -1}),
+                      Catch::Contains("spin_seconds must be >= 0"));
+  thread_world world(1);
+  run_all(world, [](thread_transport& t) {
+    REQUIRE_THROWS_WITH(t.set_timeout(-1), Catch::Contains("timeout must be positive"));
+    t.set_timeout(2.5);
+    REQUIRE(t.timeout_seconds() == 2.5);
+  });
+}
+
+TEST_CASE("without polling, ranks sleep and still exchange everything", "[comm][thread_world]") {
+  for (double spin : {0.0, 1e-3}) {
+    thread_world world(3, {.timeout_seconds = 10, .spin_seconds = spin});
+    run_all(world, [](thread_transport& t) {
+      std::vector<std::int64_t> data(999, t.rank() + 1);
+      for (int i = 0; i < 20; ++i) {
+        allreduce(t, std::span(data), reduce_op::sum, ring_allreduce{64});
+        ensure(data[0] == 6 && data[998] == 6, "round ", i, ": ", data[998]);
+        std::fill(data.begin(), data.end(), t.rank() + 1);
+      }
+    });
+  }
 }

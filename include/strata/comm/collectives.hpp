@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -74,6 +75,35 @@ void add_into(std::span<V> accumulator, std::span<const V> values) noexcept {
     a[i] += b[i];
 }
 
+/// One chunk of a reduce-scatter step: sends `out` to `to` and adds the same-length chunk that
+/// `from` sends into `accumulator`. A `consuming_transport` lets us add straight from the
+/// sender's memory; any other transport receives into `scratch` first.
+template <transport T, class V>
+void sendrecv_add(T& t, int to, std::span<const V> out, int from, std::span<V> accumulator,
+                  aligned_buffer<V>& scratch, tag_t tag) {
+  if constexpr (consuming_transport<T>) {
+    t.sendrecv_consume(to, std::as_bytes(out), from, accumulator.size_bytes(), tag,
+                       [&](std::span<const std::byte> incoming) {
+                         const auto* p = incoming.data();
+                         if (reinterpret_cast<std::uintptr_t>(p) % alignof(V) == 0) {
+                           add_into(accumulator, std::span<const V>(reinterpret_cast<const V*>(p),
+                                                                    accumulator.size()));
+                         } else {  // an unaligned eager buffer: read element by element
+                           for (std::size_t i = 0; i < accumulator.size(); ++i) {
+                             V value;
+                             std::memcpy(&value, p + i * sizeof(V), sizeof(V));
+                             accumulator[i] += value;
+                           }
+                         }
+                       });
+  } else {
+    if (scratch.size() < accumulator.size()) scratch = aligned_buffer<V>(accumulator.size());
+    const auto incoming = scratch.span().first(accumulator.size());
+    t.sendrecv(to, std::as_bytes(out), from, std::as_writable_bytes(incoming), tag);
+    add_into(accumulator, std::span<const V>(incoming));
+  }
+}
+
 template <class V>
 void divide(std::span<V> values, int count) noexcept {
   if constexpr (std::is_floating_point_v<V>) {
@@ -89,8 +119,11 @@ void divide(std::span<V> values, int count) noexcept {
 }  // namespace detail
 
 /// Ring allreduce policy: `ring_allreduce{}(t, data)` sums (or averages) `data` over all ranks
-/// in place. Segments move in chunks of at most `chunk_bytes` so a step's transfer and its
-/// reduction interleave and scratch memory stays small. Blocking; call from one thread per rank.
+/// in place. Segments move in chunks of at most `chunk_bytes`, processed column by column (see
+/// the body) so the data stays in cache between reduction and gather. Each rank sends
+/// 2(N−1)/N·|data| bytes in 2(N−1)·ceil(|data| / (N·chunk)) messages. On a
+/// `consuming_transport` (thread_world) values are added straight from the peer's buffer; on
+/// others they pass through a chunk-sized scratch buffer. Blocking; one thread per rank.
 struct ring_allreduce {
   static constexpr const char* name = "ring_allreduce";
   std::size_t chunk_bytes = std::size_t{1} << 20;
@@ -105,45 +138,33 @@ struct ring_allreduce {
     const int right = static_cast<int>(detail::wrap(rank + 1, n));
     const int left = static_cast<int>(detail::wrap(rank - 1, n));
     const std::size_t chunk = std::max<std::size_t>(1, chunk_bytes / sizeof(V));
-    aligned_buffer<V> scratch(std::min(chunk, data.size() / static_cast<std::size_t>(n) + 1));
-    // Every rank runs the same number of chunk exchanges per step (segments differ in size by
-    // at most one element), so the k-th send always meets the k-th receive.
-    const std::size_t longest =
-        (data.size() + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+    aligned_buffer<V> scratch;  // only for transports without sendrecv_consume
     const auto seg = [&](long long i) {
       return detail::split(data.size(), static_cast<std::size_t>(n), detail::wrap(i, n));
     };
-
-    // Reduce-scatter: after n-1 steps rank r holds the full sum of segment r+1.
-    for (int step = 0; step < n - 1; ++step) {
-      const auto send_seg = seg(rank - step), recv_seg = seg(rank - step - 1);
-      for (std::size_t offset = 0; offset < longest; offset += chunk) {
-        const std::size_t send_n =
-            send_seg.size() > offset ? std::min(chunk, send_seg.size() - offset) : 0;
-        const std::size_t recv_n =
-            recv_seg.size() > offset ? std::min(chunk, recv_seg.size() - offset) : 0;
-        std::span<V> incoming(scratch.data(), recv_n);
-        t.sendrecv(right, std::as_bytes(data.subspan(send_seg.begin + offset, send_n)), left,
-                   std::as_writable_bytes(incoming), tags::allreduce);
-        detail::add_into(data.subspan(recv_seg.begin + offset, recv_n),
-                         std::span<const V>(incoming));
-      }
-    }
-    const auto owned = seg(rank + 1);
-    if (op == reduce_op::mean) detail::divide(data.subspan(owned.begin, owned.size()), n);
-
-    // All-gather: pass the finished segments around the ring.
-    for (int step = 0; step < n - 1; ++step) {
-      const auto send_seg = seg(rank + 1 - step), recv_seg = seg(rank - step);
-      for (std::size_t offset = 0; offset < longest; offset += chunk) {
-        const std::size_t send_n =
-            send_seg.size() > offset ? std::min(chunk, send_seg.size() - offset) : 0;
-        const std::size_t recv_n =
-            recv_seg.size() > offset ? std::min(chunk, recv_seg.size() - offset) : 0;
-        t.sendrecv(right, std::as_bytes(data.subspan(send_seg.begin + offset, send_n)), left,
-                   std::as_writable_bytes(data.subspan(recv_seg.begin + offset, recv_n)),
-                   tags::allreduce);
-      }
+    // The ring runs column by column: column c is chunk c of every segment, and each column is
+    // a complete ring allreduce (reduce-scatter, then all-gather) of its own. A column's n
+    // chunks stay in cache between its reduction and its gather, so each value crosses the
+    // memory bus about as often as in one memcpy. Segments differ in length by at most one
+    // element, so every rank runs the same number of exchanges and the k-th send always meets
+    // the k-th receive (a short segment sends empty chunks).
+    const std::size_t longest =
+        (data.size() + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+    for (std::size_t offset = 0; offset < longest; offset += chunk) {
+      const auto piece = [&](long long i) {
+        const auto s = seg(i);
+        const std::size_t begin = std::min(offset, s.size());
+        return data.subspan(s.begin + begin, std::min(offset + chunk, s.size()) - begin);
+      };
+      // Reduce-scatter: after n-1 steps rank r holds the full sum of column piece r+1.
+      for (int step = 0; step < n - 1; ++step)
+        detail::sendrecv_add(t, right, std::span<const V>(piece(rank - step)), left,
+                             piece(rank - step - 1), scratch, tags::allreduce);
+      if (op == reduce_op::mean) detail::divide(piece(rank + 1), n);
+      // All-gather: pass the finished pieces around the ring.
+      for (int step = 0; step < n - 1; ++step)
+        t.sendrecv(right, std::as_bytes(piece(rank + 1 - step)), left,
+                   std::as_writable_bytes(piece(rank - step)), tags::allreduce);
     }
   }
 };

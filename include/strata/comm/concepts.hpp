@@ -65,6 +65,19 @@ concept transport = requires(T& t, const T& ct, int peer, tag_t tag, std::span<c
   { ct.timeout_seconds() } -> std::convertible_to<double>;
 };
 
+/// An optional refinement of `transport`: `sendrecv_consume(to, out, from, in_bytes, tag, fn)`
+/// behaves like `sendrecv` but calls `fn(std::span<const std::byte>)` on the incoming message
+/// where it lies (e.g. in the peer's buffer) instead of copying it into a buffer of ours; the
+/// span is valid only during the call. Collectives use it, when present, to reduce straight
+/// from the peer's memory (one pass instead of copy-then-add); every other transport gets the
+/// portable copy-then-add path. A message of another size raises `errc::size_mismatch`.
+template <class T>
+concept consuming_transport = transport<T> &&
+    requires(T& t, int peer, tag_t tag, std::span<const std::byte> out, std::size_t in_bytes,
+             void (*fn)(std::span<const std::byte>)) {
+  t.sendrecv_consume(peer, out, peer, in_bytes, tag, fn);
+};
+
 /// Total payload bytes this rank sent to all peers.
 template <transport T>
 std::uint64_t total_bytes_sent(const T& t) {

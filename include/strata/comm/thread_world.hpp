@@ -19,7 +19,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -47,6 +46,11 @@ struct world_options {
   std::vector<double> send_delay_seconds{};
   /// Per-rank fault injection: the rank fails on its k-th send (1-based); 0 = never.
   std::vector<std::uint64_t> fail_on_send{};
+  /// How long a blocked rank polls for its message before it sleeps on a condition variable:
+  /// a wake-up through the kernel costs ~10 µs, which dominates small messages. The poll
+  /// yields the core every few hundred cycles, so an oversubscribed or busy machine still
+  /// runs the rank being waited for. 0 = sleep at once.
+  double spin_seconds = 50e-6;
 };
 
 namespace detail {
@@ -66,6 +70,10 @@ struct envelope {
   [[nodiscard]] std::size_t size() const noexcept {
     return rendezvous != nullptr ? borrowed_size : owned.size();
   }
+  [[nodiscard]] std::span<const std::byte> payload() const noexcept {
+    return rendezvous != nullptr ? std::span<const std::byte>(borrowed, borrowed_size)
+                                 : std::span<const std::byte>(owned);
+  }
 };
 
 /// Lifecycle of a rendezvous send: posted → taken (receiver copying) → done.
@@ -73,11 +81,53 @@ struct rendezvous_state {
   enum class phase { posted, taken, done } state = phase::posted;
 };
 
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// A rank's incoming messages. Every change is made under `mutex` and announced by
+/// `touch_and_wake()`: waiters first poll `version` (no system call), then sleep on `changed`.
 struct mailbox {
   std::mutex mutex;
   std::condition_variable changed;
+  std::atomic<std::uint64_t> version{0};  ///< bumped on every change a waiter may care about
+  int sleepers = 0;                       ///< threads blocked on `changed` (under `mutex`)
   std::deque<envelope> queue;
   std::vector<clock::time_point> link_free;  ///< per source: when its emulated link is idle
+
+  /// Announces a change; call with `mutex` held.
+  void touch_and_wake() {
+    version.fetch_add(1, std::memory_order_release);
+    if (sleepers > 0) changed.notify_all();
+  }
+  /// Waits (with `lock` on `mutex` held) until something changed, `until`, or a spurious
+  /// wake-up; polls for up to `spin` seconds first. The caller re-checks its condition.
+  void wait(std::unique_lock<std::mutex>& lock, clock::time_point until, double spin) {
+    if (spin > 0) {
+      const std::uint64_t seen = version.load(std::memory_order_relaxed);
+      const auto spin_until =
+          std::min(until, clock::now() + std::chrono::duration_cast<clock::duration>(
+                                             std::chrono::duration<double>(spin)));
+      lock.unlock();
+      for (unsigned i = 1;; ++i) {
+        if (version.load(std::memory_order_acquire) != seen) break;
+        if (i % 64 == 0) {
+          if (clock::now() >= spin_until) break;
+          std::this_thread::yield();  // on a busy core, let the thread we wait for run
+        }
+        cpu_relax();
+      }
+      lock.lock();
+      if (version.load(std::memory_order_relaxed) != seen || clock::now() >= until) return;
+    }
+    ++sleepers;
+    changed.wait_until(lock, until);
+    --sleepers;
+  }
 };
 
 struct world_state {
@@ -113,7 +163,7 @@ struct world_state {
     aborted.store(true);
     for (auto& box : mailboxes) {
       std::lock_guard lock(box->mutex);
-      box->changed.notify_all();
+      box->touch_and_wake();
     }
   }
 };
@@ -128,11 +178,13 @@ class thread_transport {
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return world_->size; }
-  [[nodiscard]] double timeout_seconds() const noexcept { return timeout_; }
+  [[nodiscard]] double timeout_seconds() const noexcept {
+    return timeout_.load(std::memory_order_relaxed);
+  }
   /// Changes the timeout of this endpoint's blocking operations.
   void set_timeout(double seconds) {
     STRATA_EXPECTS(seconds > 0, "thread_transport: timeout must be positive, got ", seconds);
-    timeout_ = seconds;
+    timeout_.store(seconds, std::memory_order_relaxed);
   }
 
   [[nodiscard]] std::uint64_t bytes_sent_to(int peer) const {
@@ -158,13 +210,8 @@ class thread_transport {
   void recv(int peer, tag_t tag, std::span<std::byte> bytes) {
     check_peer(peer, "recv");
     receive(peer, tag, "recv", [&](detail::envelope& message) {
-      if (message.size() != bytes.size())
-        return std::optional<error>(error(
-            errc::size_mismatch, cat("rank ", rank_, ": message from peer ", peer, " (tag ", tag,
-                                     ") has ", message.size(), " bytes but ", bytes.size(),
-                                     " were expected; do both ranks pass the same length?")));
+      check_size(message, peer, tag, bytes.size());
       copy_payload(message, bytes.data());
-      return std::optional<error>();
     });
   }
 
@@ -172,10 +219,8 @@ class thread_transport {
   std::vector<std::byte> recv_message(int peer, tag_t tag) {
     check_peer(peer, "recv_message");
     std::vector<std::byte> out;
-    receive(peer, tag, "recv_message", [&](detail::envelope& message) {
-      take_payload(message, out);
-      return std::optional<error>();
-    });
+    receive(peer, tag, "recv_message",
+            [&](detail::envelope& message) { take_payload(message, out); });
     return out;
   }
 
@@ -186,7 +231,6 @@ class thread_transport {
     receive(-1, tag, "recv_any", [&](detail::envelope& message) {
       out.source = message.source;
       take_payload(message, out.bytes);
-      return std::optional<error>();
     });
     return out;
   }
@@ -195,6 +239,20 @@ class thread_transport {
   /// rendezvous: the receiver copies straight from `out` (one copy, no staging buffer).
   void sendrecv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                 tag_t tag) {
+    sendrecv_consume(to, out, from, in.size(), tag, [&](std::span<const std::byte> incoming) {
+      if (!incoming.empty()) std::memcpy(in.data(), incoming.data(), incoming.size());
+    });
+  }
+
+  /// Like sendrecv, but hands the incoming `in_bytes` bytes to `consume(std::span<const
+  /// std::byte>)` where they lie (in the sender's buffer) instead of copying them: a reduction
+  /// reads its operand straight from the peer. The span is valid only during the call; the
+  /// sender stays blocked until `consume` returns. A message of another size raises
+  /// `errc::size_mismatch` without calling `consume`. Models `consuming_transport`.
+  template <class Consume>
+  requires std::invocable<Consume&, std::span<const std::byte>>
+  void sendrecv_consume(int to, std::span<const std::byte> out, int from, std::size_t in_bytes,
+                        tag_t tag, Consume&& consume) {
     before_send(to, tag, "sendrecv");
     check_peer(from, "sendrecv");
     detail::rendezvous_state state;
@@ -207,7 +265,10 @@ class thread_transport {
     post(to, std::move(message));
     std::exception_ptr receive_error;
     try {
-      recv(from, tag, in);
+      receive(from, tag, "sendrecv", [&](detail::envelope& incoming) {
+        check_size(incoming, from, tag, in_bytes);
+        consume(incoming.payload());
+      });
     } catch (...) {
       receive_error = std::current_exception();
     }
@@ -234,12 +295,12 @@ class thread_transport {
   void before_send(int peer, tag_t tag, const char* what) {
     check_peer(peer, what);
     throw_if_aborted(peer, tag, what);
-    ++sends_;
+    const std::uint64_t count = sends_.fetch_add(1, std::memory_order_relaxed) + 1;
     const auto& faults = world_->options.fail_on_send;
     if (static_cast<std::size_t>(rank_) < faults.size() && faults[rank_] != 0 &&
-        sends_ == faults[rank_])
-      fail(errc::aborted, cat("rank ", rank_, ": injected fault on send ", sends_, " to peer ",
-                              peer, " (tag ", tag, ")"));
+        count == faults[rank_])
+      fail(errc::aborted, cat("rank ", rank_, ": injected fault on send ", count, " to peer ", peer,
+                              " (tag ", tag, ")"));
     const auto& delays = world_->options.send_delay_seconds;
     if (static_cast<std::size_t>(rank_) < delays.size() && delays[rank_] > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(delays[rank_]));
@@ -264,9 +325,9 @@ class thread_transport {
                                     std::chrono::duration<double>(model.latency_seconds));
       }
       box.queue.push_back(std::move(message));
+      world_->link_bytes_sent[link(rank_, peer)].fetch_add(size, std::memory_order_relaxed);
+      box.touch_and_wake();
     }
-    world_->link_bytes_sent[link(rank_, peer)].fetch_add(size, std::memory_order_relaxed);
-    box.changed.notify_all();
   }
 
   /// Waits for a matching envelope (peer -1 = any), removes it from the queue and hands it to
@@ -274,9 +335,10 @@ class thread_transport {
   template <class Consume>
   void receive(int peer, tag_t tag, const char* what, Consume&& consume) {
     auto& box = *world_->mailboxes[static_cast<std::size_t>(rank_)];
+    const double timeout = timeout_seconds();
     const auto deadline =
-        detail::clock::now() + std::chrono::duration_cast<detail::clock::duration>(
-                                   std::chrono::duration<double>(timeout_));
+        detail::clock::now() +
+        std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(timeout));
     std::unique_lock lock(box.mutex);
     for (;;) {
       throw_if_aborted(peer, tag, what);
@@ -293,27 +355,34 @@ class thread_transport {
           lock.unlock();
           const int source = message.source;
           const std::size_t size = message.size();
-          std::optional<error> problem = consume(message);
+          std::exception_ptr problem;
+          try {
+            consume(message);
+          } catch (...) {
+            problem = std::current_exception();
+          }
           world_->link_bytes_received[link(rank_, source)].fetch_add(size,
                                                                      std::memory_order_relaxed);
           if (message.rendezvous != nullptr) {
-            auto& sender_box = box;  // the sender waits on this (the receiver's) mailbox
-            std::lock_guard done_lock(sender_box.mutex);
+            // The sender waits on this (the receiver's) mailbox until the phase is done; after
+            // that it may free its buffer, so `message` must not be read past this point.
+            lock.lock();
             message.rendezvous->state = detail::rendezvous_state::phase::done;
-            sender_box.changed.notify_all();
+            box.touch_and_wake();
+            lock.unlock();
           }
-          if (problem) throw *problem;
+          if (problem) std::rethrow_exception(problem);
           return;
         }
-        box.changed.wait_until(lock, std::min(found->ready, deadline));
-      } else if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
-        // fall through to the deadline check below
+        box.wait(lock, std::min(found->ready, deadline), world_->options.spin_seconds);
+      } else {
+        box.wait(lock, deadline, world_->options.spin_seconds);
       }
       if (detail::clock::now() >= deadline) {
         throw_if_aborted(peer, tag, what);
         fail(errc::timeout, cat("rank ", rank_, ": ", what, " from ",
                                 peer < 0 ? std::string("any peer") : cat("peer ", peer), " (tag ",
-                                tag, ") timed out after ", timeout_,
+                                tag, ") timed out after ", timeout,
                                 " s; is that peer still running and sending with this tag? "
                                 "(raise world_options::timeout_seconds for slow steps)"));
       }
@@ -325,9 +394,10 @@ class thread_transport {
   /// waits for the copy in progress to finish so the receiver never reads freed memory.
   void wait_rendezvous(int peer, tag_t tag, detail::rendezvous_state& state, bool giving_up) {
     auto& box = *world_->mailboxes[static_cast<std::size_t>(peer)];
+    const double timeout = timeout_seconds();
     const auto deadline =
-        detail::clock::now() + std::chrono::duration_cast<detail::clock::duration>(
-                                   std::chrono::duration<double>(timeout_));
+        detail::clock::now() +
+        std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(timeout));
     std::unique_lock lock(box.mutex);
     using phase = detail::rendezvous_state::phase;
     for (;;) {
@@ -341,13 +411,22 @@ class thread_transport {
         throw_if_aborted(peer, tag, "sendrecv");
         fail(errc::timeout,
              cat("rank ", rank_, ": sendrecv to peer ", peer, " (tag ", tag, ") timed out after ",
-                 timeout_, " s waiting for the peer to receive; is it still running?"));
+                 timeout, " s waiting for the peer to receive; is it still running?"));
       }
-      box.changed.wait_until(lock,
-                             stop ? detail::clock::now() + std::chrono::milliseconds(1) : deadline);
+      if (stop)
+        box.wait(lock, detail::clock::now() + std::chrono::milliseconds(1), 0);
+      else
+        box.wait(lock, deadline, world_->options.spin_seconds);
     }
   }
 
+  void check_size(const detail::envelope& message, int peer, tag_t tag,
+                  std::size_t expected) const {
+    if (message.size() != expected)
+      fail(errc::size_mismatch, cat("rank ", rank_, ": message from peer ", peer, " (tag ", tag,
+                                    ") has ", message.size(), " bytes but ", expected,
+                                    " were expected; do both ranks pass the same length?"));
+  }
   static void copy_payload(const detail::envelope& message, std::byte* destination) {
     if (message.size() == 0) return;
     const std::byte* source =
@@ -363,8 +442,8 @@ class thread_transport {
 
   detail::world_state* world_;
   int rank_;
-  double timeout_;
-  std::uint64_t sends_ = 0;
+  std::atomic<double> timeout_;
+  std::atomic<std::uint64_t> sends_{0};  ///< atomic: one endpoint may serve several threads
 };
 
 /// N ranks as threads of one process. `run(fn)` calls `fn(thread_transport&)` on N threads
@@ -382,6 +461,8 @@ class thread_world {
     STRATA_EXPECTS(state_->options.fail_on_send.empty() ||
                        state_->options.fail_on_send.size() == static_cast<std::size_t>(size),
                    "thread_world: fail_on_send needs one entry per rank (", size, ")");
+    STRATA_EXPECTS(state_->options.spin_seconds >= 0,
+                   "thread_world: spin_seconds must be >= 0, got ", state_->options.spin_seconds);
   }
 
   [[nodiscard]] int size() const noexcept { return state_->size; }

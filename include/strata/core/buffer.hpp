@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include "strata/core/error.hpp"
 
@@ -34,6 +36,8 @@ class aligned_buffer {
   aligned_buffer() = default;
   explicit aligned_buffer(std::size_t count) : size_(count) {
     if (count == 0) return;
+    if (count > (std::numeric_limits<std::size_t>::max() - buffer_alignment) / sizeof(T))
+      throw std::bad_alloc();
     const std::size_t bytes =
         (count * sizeof(T) + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
     void* raw = std::aligned_alloc(buffer_alignment, bytes);
@@ -54,8 +58,10 @@ class aligned_buffer {
   aligned_buffer(aligned_buffer&& other) noexcept
       : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)) {}
   aligned_buffer& operator=(aligned_buffer&& other) noexcept {
-    data_ = std::move(other.data_);
-    size_ = std::exchange(other.size_, 0);
+    if (this != &other) {
+      data_ = std::move(other.data_);
+      size_ = std::exchange(other.size_, 0);
+    }
     return *this;
   }
 

@@ -68,9 +68,13 @@ class error : public std::runtime_error {
 /// Builds a message from streamable parts: `cat("rank ", r, " peer ", p)`.
 template <class... Parts>
 std::string cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
+  if constexpr (sizeof...(Parts) == 0) {
+    return {};
+  } else {
+    std::ostringstream out;
+    (out << ... << parts);
+    return out.str();
+  }
 }
 
 /// Throws `strata::error(code, message)`.

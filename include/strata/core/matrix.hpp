@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 #include "strata/core/buffer.hpp"
 #include "strata/core/error.hpp"
@@ -46,8 +47,8 @@ class matrix_view {
   }
   /// Rows [first, first + count) as a view.
   [[nodiscard]] matrix_view rows_slice(std::size_t first, std::size_t count) const {
-    STRATA_EXPECTS(first + count <= rows_, "matrix_view: rows [", first, ", ", first + count,
-                   ") outside ", rows_, " rows");
+    STRATA_EXPECTS(first <= rows_ && count <= rows_ - first, "matrix_view: rows [", first, ", ",
+                   first + count, ") outside ", rows_, " rows");
     return {data_ + first * stride_, count, cols_, stride_};
   }
   /// All values as one span; only for contiguous views.

@@ -18,6 +18,18 @@
 
 namespace strata {
 
+namespace detail {
+/// snprintf into a std::string of the needed length (no truncation of long labels).
+template <class... Args>
+std::string printf_string(const char* format, Args... args) {
+  const int length = std::snprintf(nullptr, 0, format, args...);
+  if (length <= 0) return {};
+  std::string text(static_cast<std::size_t>(length), '\0');
+  std::snprintf(text.data(), text.size() + 1, format, args...);
+  return text;
+}
+}  // namespace detail
+
 /// Writes one line to stderr (whole lines only, safe from several threads).
 inline void log_line(std::string_view line) {
   static std::mutex guard;
@@ -80,21 +92,20 @@ class progress {
   [[nodiscard]] std::string line(std::string_view detail = {}) const {
     const double elapsed = clock_.seconds();
     const double rate = elapsed > 0 ? static_cast<double>(done_) / elapsed : 0.0;
-    char head[160];
+    std::string text;
     if (total_ != 0) {
       const double eta =
           rate > 0 ? static_cast<double>(total_ - std::min(done_, total_)) / rate : -1;
-      std::snprintf(head, sizeof head, "%s %llu/%llu (%3.0f%%) %.1f %s/s elapsed %s eta %s",
-                    label_.c_str(), static_cast<unsigned long long>(done_),
-                    static_cast<unsigned long long>(total_),
-                    100.0 * static_cast<double>(done_) / static_cast<double>(total_), rate,
-                    unit_.c_str(), format_duration(elapsed).c_str(), format_duration(eta).c_str());
+      text = detail::printf_string(
+          "%s %llu/%llu (%3.0f%%) %.1f %s/s elapsed %s eta %s", label_.c_str(),
+          static_cast<unsigned long long>(done_), static_cast<unsigned long long>(total_),
+          100.0 * static_cast<double>(done_) / static_cast<double>(total_), rate, unit_.c_str(),
+          format_duration(elapsed).c_str(), format_duration(eta).c_str());
     } else {
-      std::snprintf(head, sizeof head, "%s %llu %.1f %s/s elapsed %s", label_.c_str(),
-                    static_cast<unsigned long long>(done_), rate, unit_.c_str(),
-                    format_duration(elapsed).c_str());
+      text = detail::printf_string("%s %llu %.1f %s/s elapsed %s", label_.c_str(),
+                                   static_cast<unsigned long long>(done_), rate, unit_.c_str(),
+                                   format_duration(elapsed).c_str());
     }
-    std::string text = head;
     if (!detail.empty()) {
       text += "  ";
       text += detail;

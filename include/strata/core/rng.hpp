@@ -15,6 +15,10 @@
 
 namespace strata {
 
+namespace detail {
+__extension__ using uint128 = unsigned __int128;  // GCC/Clang extension, silenced for -Wpedantic
+}  // namespace detail
+
 /// Philox4x32-10 (Salmon et al., SC'11): 4×32 random bits per (key, counter).
 /// Pure function; thread-safe; about 10 multiply rounds per 128 bits.
 constexpr std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter,
@@ -82,14 +86,14 @@ struct counter_rng {
   /// Uniform integer in [0, bound) (bound > 0), by Lemire's multiply-shift (bias < 2^-32).
   [[nodiscard]] constexpr std::uint64_t below(std::uint64_t index,
                                               std::uint64_t bound) const noexcept {
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(bits(index)) * bound) >> 64);
+    return static_cast<std::uint64_t>((static_cast<detail::uint128>(bits(index)) * bound) >> 64);
   }
 };
 
 /// Fisher–Yates shuffle driven by a counter_rng: the permutation depends only on
 /// (rng.seed, rng.stream, size), never on the standard library's implementation.
-template <class T>
-void shuffle(std::span<T> values, counter_rng rng) noexcept {
+template <class T, std::size_t Extent>
+void shuffle(std::span<T, Extent> values, counter_rng rng) noexcept {
   for (std::size_t i = values.size(); i > 1; --i) {
     const std::size_t j = rng.below(i, i);
     using std::swap;
