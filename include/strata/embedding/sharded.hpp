@@ -1,0 +1,78 @@
+/// @file sharded.hpp
+/// `sharded<Optimizer, Consistency, Transport, PushCodec>`: embedding storage whose rows live
+/// on parameter servers; gather = pull, apply_gradients = push.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <utility>
+
+#include "strata/comm/concepts.hpp"
+#include "strata/comm/thread_world.hpp"
+#include "strata/compress/concepts.hpp"
+#include "strata/compress/identity.hpp"
+#include "strata/core/matrix.hpp"
+#include "strata/embedding/concepts.hpp"
+#include "strata/optim/concepts.hpp"
+#include "strata/ps/client.hpp"
+#include "strata/ps/consistency.hpp"
+#include "strata/ps/partition.hpp"
+#include "strata/ps/server.hpp"
+
+namespace strata::embedding {
+
+/// Embedding tables sharded over parameter servers, seen from one worker. Models `storage`.
+///
+/// - `gather(table, keys, out)` is `ps::client::pull` (one row per unique key travels).
+/// - `apply_gradients(table, keys, grads)` is `ps::client::push`: duplicates summed on the
+///   worker, the servers run `Optimizer` under `Consistency` (`server_type` is the matching
+///   server to run on server ranks).
+/// - `rebind_consistency<C>` is the same storage under another policy, so a trainer can pick
+///   it.
+/// Thread-safety: calls are serialised by an internal mutex (the client is single-threaded).
+/// Cost: see `ps::client`.
+template <optim::sparse_optimizer Optimizer, ps::consistency Consistency = ps::sync,
+          comm::transport Transport = comm::thread_transport,
+          compress::compressor PushCodec = compress::identity>
+class sharded {
+ public:
+  using optimizer_type = Optimizer;
+  using consistency_type = Consistency;
+  using transport_type = Transport;
+  using client_type = ps::client<Consistency, Transport, PushCodec>;
+  using server_type = ps::server<Optimizer, Consistency, PushCodec>;
+  template <class C>
+  using rebind_consistency = sharded<Optimizer, C, Transport, PushCodec>;
+
+  /// A worker-side storage on rank `t.rank()` (a worker of `map`'s layout).
+  sharded(Transport& t, ps::shard_map map, ps::client_options options = {}, PushCodec codec = {})
+      : client_(t, std::move(map), options, std::move(codec)) {}
+
+  [[nodiscard]] std::size_t table_count() const noexcept { return client_.map().table_count(); }
+  [[nodiscard]] const table_spec& spec(std::size_t table) const {
+    return client_.map().spec(table);
+  }
+  void gather(std::size_t table, std::span<const std::uint64_t> keys, matrix_view<float> out) {
+    std::lock_guard lock(mutex_);
+    client_.pull(table, keys, out);
+  }
+  void apply_gradients(std::size_t table, std::span<const std::uint64_t> keys,
+                       matrix_view<const float> grads) {
+    std::lock_guard lock(mutex_);
+    client_.push(table, keys, grads);
+  }
+  /// Tells the servers this worker is done (call once at the end of training).
+  void shutdown() {
+    std::lock_guard lock(mutex_);
+    client_.shutdown();
+  }
+  [[nodiscard]] client_type& client() noexcept { return client_; }
+
+ private:
+  std::mutex mutex_;
+  client_type client_;
+};
+
+}  // namespace strata::embedding

@@ -1,0 +1,399 @@
+/// @file client.hpp
+/// `client<Consistency, Transport, PushCodec>`: a worker's view of the parameter servers —
+/// de-duplicated, partitioned, batched pull and push.
+///
+/// ```cpp
+/// ps::shard_map map(ps::layout::dedicated(2, 1), {{"user", 1000, 16}});
+/// // on a server rank:  ps::server<optim::sgd, ps::sync> s(map, 0); s.serve(t);
+/// // on a worker rank:
+/// ps::client<ps::sync> c(t, map);
+/// c.pull(0, keys, rows);      // rows: keys.size() × 16
+/// c.push(0, keys, grads);     // advances this worker's step of table 0
+/// c.shutdown();
+/// ```
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "strata/comm/concepts.hpp"
+#include "strata/comm/thread_world.hpp"
+#include "strata/compress/concepts.hpp"
+#include "strata/compress/fp16.hpp"
+#include "strata/compress/identity.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/matrix.hpp"
+#include "strata/optim/sparse_gradient.hpp"
+#include "strata/ps/consistency.hpp"
+#include "strata/ps/partition.hpp"
+#include "strata/ps/protocol.hpp"
+
+namespace strata::ps {
+
+/// Settings of a client.
+struct client_options {
+  /// Pulled rows travel as IEEE fp16 (half the reply bytes; ~3 significant digits).
+  bool fp16_pulls = false;
+  /// With a lossy push codec, keep what compression dropped per (table, key) on the worker and
+  /// add it to that key's next gradient (error feedback), so nothing is lost over steps.
+  bool error_feedback = true;
+};
+
+/// A transport endpoint shared by a co-located worker and server on one rank: forwards every
+/// call, serialising sends (and sendrecv) with a mutex so two threads may send at once.
+/// Receives are not serialised (the two roles wait on different tags). Models `transport`.
+template <comm::transport T>
+class shared_endpoint {
+ public:
+  explicit shared_endpoint(T& t) : t_(&t) {}
+  [[nodiscard]] int rank() const { return t_->rank(); }
+  [[nodiscard]] int size() const { return t_->size(); }
+  [[nodiscard]] double timeout_seconds() const { return t_->timeout_seconds(); }
+  void send(int peer, comm::tag_t tag, std::span<const std::byte> bytes) {
+    std::lock_guard lock(*mutex_);
+    t_->send(peer, tag, bytes);
+  }
+  void recv(int peer, comm::tag_t tag, std::span<std::byte> bytes) { t_->recv(peer, tag, bytes); }
+  std::vector<std::byte> recv_message(int peer, comm::tag_t tag) {
+    return t_->recv_message(peer, tag);
+  }
+  comm::message recv_any(comm::tag_t tag) { return t_->recv_any(tag); }
+  void sendrecv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
+                comm::tag_t tag) {
+    std::lock_guard lock(*mutex_);
+    t_->sendrecv(to, out, from, in, tag);
+  }
+  [[nodiscard]] std::uint64_t bytes_sent_to(int peer) const { return t_->bytes_sent_to(peer); }
+  [[nodiscard]] std::uint64_t bytes_received_from(int peer) const {
+    return t_->bytes_received_from(peer);
+  }
+
+ private:
+  T* t_;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
+};
+static_assert(comm::transport<shared_endpoint<comm::thread_transport>>);
+
+/// A worker's endpoint to the parameter servers of a `shard_map`.
+///
+/// - `pull(table, keys, out)`: de-duplicates keys (one row per unique key travels), partitions
+///   them by server, sends every server request, then receives every reply and scatters rows
+///   back to batch order. Blocks while the consistency policy parks the pull.
+/// - `push(table, keys, grads)`: sums the rows of duplicate keys (ascending key order, original
+///   order within a key), partitions, and sends one summed row per unique key to its server
+///   — and a (possibly empty) push to every server so each one counts the step; then advances
+///   this worker's step of the table. Does not wait for the servers.
+/// - `shutdown()`: tells every server this worker is done and waits for each to confirm that
+///   all its earlier requests were handled.
+/// Errors: a bad key raises `errc::out_of_range` naming table, key and range before anything
+/// is sent; a server's error reply is raised here (after the other replies were drained).
+/// Cost: O(n log n) for the de-duplication sort plus O(unique · dim) copies; buffers are reused.
+/// Thread-safety: one client per worker thread; not thread-safe.
+template <consistency Consistency, comm::transport Transport = comm::thread_transport,
+          compress::compressor PushCodec = compress::identity>
+class client {
+  static_assert(!compress::positional_compressor<PushCodec>,
+                "ps::client: pass the plain codec (e.g. int8_block<256>); the client keeps the "
+                "error-feedback residual per key itself (client_options::error_feedback)");
+
+ public:
+  using consistency_type = Consistency;
+  using transport_type = Transport;
+  using push_codec_type = PushCodec;
+  static constexpr bool lossless_push = std::is_same_v<PushCodec, compress::identity>;
+
+  /// A client on rank `t.rank()`, which must be a worker of `map`'s layout.
+  client(Transport& t, shard_map map, client_options options = {}, PushCodec codec = {})
+      : t_(&t), map_(std::move(map)), options_(options), codec_(std::move(codec)) {
+    map_.roles().check_size(t.size());
+    worker_ = map_.roles().worker_index(t.rank());
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    steps_.assign(map_.table_count(), 0);
+    residuals_.resize(map_.table_count());
+    server_keys_.resize(servers);
+    server_slots_.resize(servers);
+    messages_.resize(servers);
+  }
+
+  [[nodiscard]] const shard_map& map() const noexcept { return map_; }
+  [[nodiscard]] int worker() const noexcept { return worker_; }
+  /// This worker's step of table t (the number of pushes done).
+  [[nodiscard]] std::uint64_t step(std::size_t t) const {
+    map_.check_table(t, "ps::client::step");
+    return steps_[t];
+  }
+
+  /// out.row(i) ← row keys[i] of `table`, from the servers.
+  void pull(std::size_t table, std::span<const std::uint64_t> keys, matrix_view<float> out) {
+    map_.check_keys(table, keys, "ps::client::pull");
+    const std::size_t dim = map_.spec(table).dim;
+    if (out.rows() != keys.size() || out.cols() != dim)
+      fail(errc::size_mismatch, cat("ps::client::pull: out is ", out.rows(), " × ", out.cols(),
+                                    " but table ", table, " needs ", keys.size(), " × ", dim));
+    deduplicate(keys);
+    partition(table);
+    rows_.resize(unique_.size() * dim);
+    const wire_codec codec = options_.fp16_pulls ? wire_codec::fp16 : wire_codec::fp32;
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    for (std::size_t s = 0; s < servers; ++s) {
+      const auto& skeys = server_keys_[s];
+      if (skeys.empty()) continue;
+      header h = request(msg_type::pull_request, table);
+      h.codec = codec;
+      h.key_count = skeys.size();
+      h.payload_bytes = skeys.size() * 8;
+      const auto payload = start_message(messages_[s], h);
+      std::memcpy(payload.data(), skeys.data(), skeys.size() * 8);
+      t_->send(server_rank(s), comm::tags::ps_request, messages_[s]);
+    }
+    std::optional<error> first;
+    for (std::size_t s = 0; s < servers; ++s) {
+      if (server_keys_[s].empty()) continue;
+      try {
+        receive_pull_reply(table, s, codec, dim, first);
+      } catch (const error& e) {
+        if (!first) first = e;
+      }
+    }
+    if (first) throw *first;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const float* row = rows_.data() + slot_of_[i] * dim;
+      std::copy(row, row + dim, out.row(i).begin());
+    }
+  }
+
+  /// Sends dLoss/d(row keys[i]) = grads.row(i), summed per unique key, to the servers.
+  void push(std::size_t table, std::span<const std::uint64_t> keys,
+            matrix_view<const float> grads) {
+    map_.check_keys(table, keys, "ps::client::push");
+    const std::size_t dim = map_.spec(table).dim;
+    if (grads.rows() != keys.size() || grads.cols() != dim)
+      fail(errc::size_mismatch,
+           cat("ps::client::push: grads are ", grads.rows(), " × ", grads.cols(), " but table ",
+               table, " needs ", keys.size(), " × ", dim));
+    summed_.sum_duplicates(keys, grads);
+    const auto unique = summed_.keys();
+    const auto summed = summed_.grads();
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    for (auto& k : server_keys_)
+      k.clear();
+    for (auto& k : server_slots_)
+      k.clear();
+    for (std::size_t u = 0; u < unique.size(); ++u) {
+      const std::size_t s = map_.server_of(table, unique[u]);
+      server_keys_[s].push_back(unique[u]);
+      server_slots_[s].push_back(u);
+    }
+    for (std::size_t s = 0; s < servers; ++s) {
+      const auto& skeys = server_keys_[s];
+      const std::size_t n = skeys.size(), values = n * dim;
+      header h = request(msg_type::push_request, table);
+      h.key_count = n;
+      auto& message = messages_[s];
+      if constexpr (lossless_push) {
+        h.codec = wire_codec::fp32;
+        h.payload_bytes = n * 8 + values * 4;
+        const auto payload = start_message(message, h);
+        if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
+        for (std::size_t j = 0; j < n; ++j)
+          std::memcpy(payload.data() + n * 8 + j * dim * 4, summed.row(server_slots_[s][j]).data(),
+                      dim * 4);
+      } else {
+        h.codec = wire_codec::compressed;
+        const std::size_t bound = codec_.max_encoded_bytes(values);
+        h.payload_bytes = n * 8 + bound;
+        const auto payload = start_message(message, h);
+        if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
+        staged_.resize(values);
+        for (std::size_t j = 0; j < n; ++j) {
+          const auto g = summed.row(server_slots_[s][j]);
+          std::copy(g.begin(), g.end(), staged_.begin() + static_cast<std::ptrdiff_t>(j * dim));
+          if (options_.error_feedback) {
+            const float* r = residual_row(table, skeys[j], dim);
+            for (std::size_t c = 0; c < dim; ++c)
+              staged_[j * dim + c] += r[c];
+          }
+        }
+        const std::size_t written = codec_.encode(staged_, payload.subspan(n * 8));
+        if (options_.error_feedback) {
+          decoded_.resize(values);
+          codec_.decode(payload.subspan(n * 8, written), std::span<float>(decoded_));
+          for (std::size_t j = 0; j < n; ++j) {
+            float* r = residual_row(table, skeys[j], dim);
+            for (std::size_t c = 0; c < dim; ++c) {
+              const float e = staged_[j * dim + c] - decoded_[j * dim + c];
+              r[c] = (std::bit_cast<std::uint32_t>(e) & 0x7f80'0000u) != 0x7f80'0000u ? e : 0.0f;
+            }
+          }
+        }
+        finish_message(message, n * 8 + written);
+      }
+      t_->send(server_rank(s), comm::tags::ps_request, message);
+    }
+    ++steps_[table];
+  }
+
+  /// Tells every server this worker is done; returns once each confirmed. Raises the first
+  /// error a server reported (e.g. for an earlier push).
+  void shutdown() {
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    for (std::size_t s = 0; s < servers; ++s) {
+      header h;
+      h.type = msg_type::shutdown;
+      h.worker = static_cast<std::uint32_t>(worker_);
+      h.policy = Consistency::code;
+      start_message(messages_[s], h);
+      t_->send(server_rank(s), comm::tags::ps_request, messages_[s]);
+    }
+    std::optional<error> first;
+    for (std::size_t s = 0; s < servers; ++s) {
+      for (;;) {
+        const auto bytes = t_->recv_message(server_rank(s), comm::tags::ps_reply);
+        const header h = decode_header(bytes);
+        if (h.type == msg_type::shutdown_ack) break;
+        if (h.type != msg_type::error_reply)
+          fail(errc::bad_message, cat("ps::client::shutdown: unexpected reply type ",
+                                      static_cast<int>(h.type), " from server ", s));
+        const auto info = decode_error(h, bytes);
+        if (!first) first = error(info.code, info.text);
+        if (info.failed == msg_type::shutdown) break;
+      }
+    }
+    if (first) throw *first;
+  }
+
+  /// Error-feedback residual of row `key` of table t (zeros if none yet); for tests.
+  [[nodiscard]] std::vector<float> residual(std::size_t t, std::uint64_t key) const {
+    map_.check_table(t, "ps::client::residual");
+    const auto& store = residuals_[t];
+    const std::size_t dim = map_.spec(t).dim;
+    const auto it = store.slot.find(key);
+    if (it == store.slot.end()) return std::vector<float>(dim, 0.0f);
+    const float* r = store.data.data() + it->second * dim;
+    return {r, r + dim};
+  }
+
+ private:
+  struct residual_store {
+    std::unordered_map<std::uint64_t, std::size_t> slot;
+    std::vector<float> data;
+  };
+
+  [[nodiscard]] int server_rank(std::size_t s) const {
+    return map_.roles().server_rank(static_cast<int>(s));
+  }
+  [[nodiscard]] header request(msg_type type, std::size_t table) const {
+    header h;
+    h.type = type;
+    h.worker = static_cast<std::uint32_t>(worker_);
+    h.table = static_cast<std::uint32_t>(table);
+    h.step = steps_[table];
+    h.dim = static_cast<std::uint32_t>(map_.spec(table).dim);
+    h.policy = Consistency::code;
+    return h;
+  }
+
+  float* residual_row(std::size_t table, std::uint64_t key, std::size_t dim) {
+    auto& store = residuals_[table];
+    auto [it, inserted] = store.slot.try_emplace(key, store.data.size() / dim);
+    if (inserted) store.data.resize(store.data.size() + dim, 0.0f);
+    return store.data.data() + it->second * dim;
+  }
+
+  /// unique_ ← sorted unique keys; slot_of_[i] ← index of keys[i] in unique_.
+  void deduplicate(std::span<const std::uint64_t> keys) {
+    const std::size_t n = keys.size();
+    order_.resize(n);
+    for (std::size_t i = 0; i < n; ++i)
+      order_[i] = {keys[i], i};
+    std::sort(order_.begin(), order_.end());
+    unique_.clear();
+    slot_of_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i == 0 || order_[i].first != order_[i - 1].first) unique_.push_back(order_[i].first);
+      slot_of_[order_[i].second] = unique_.size() - 1;
+    }
+  }
+  void partition(std::size_t table) {
+    for (auto& k : server_keys_)
+      k.clear();
+    for (auto& k : server_slots_)
+      k.clear();
+    for (std::size_t u = 0; u < unique_.size(); ++u) {
+      const std::size_t s = map_.server_of(table, unique_[u]);
+      server_keys_[s].push_back(unique_[u]);
+      server_slots_[s].push_back(u);
+    }
+  }
+
+  /// Receives server s's reply to the pending pull (raising error replies to it, recording
+  /// error replies to earlier pushes in `first`) and copies its rows into rows_.
+  void receive_pull_reply(std::size_t table, std::size_t s, wire_codec codec, std::size_t dim,
+                          std::optional<error>& first) {
+    for (;;) {
+      const auto bytes = t_->recv_message(server_rank(s), comm::tags::ps_reply);
+      const header h = decode_header(bytes);
+      if (h.type == msg_type::error_reply) {
+        const auto info = decode_error(h, bytes);
+        if (info.failed == msg_type::pull_request) throw error(info.code, info.text);
+        if (!first) first = error(info.code, info.text);
+        continue;
+      }
+      const auto& skeys = server_keys_[s];
+      if (h.type != msg_type::pull_reply || h.worker != static_cast<std::uint32_t>(worker_) ||
+          h.table != table || h.step != steps_[table] || h.key_count != skeys.size() ||
+          h.dim != dim || h.codec != codec)
+        fail(
+            errc::bad_message,
+            cat("ps::client::pull: reply from server ", s, " (type ", static_cast<int>(h.type),
+                ", worker ", h.worker, ", table ", h.table, ", step ", h.step, ", ", h.key_count,
+                " keys, dim ", h.dim, ") does not answer the request (worker ", worker_, ", table ",
+                table, ", step ", steps_[table], ", ", skeys.size(), " keys, dim ", dim, ")"));
+      const std::size_t values = row_values(h);
+      const auto payload = payload_of(bytes);
+      if (payload.size() != values * value_bytes(codec))
+        fail(errc::bad_message, cat("ps::client::pull: reply from server ", s, " carries ",
+                                    payload.size(), " bytes for ", values, " values"));
+      const auto& slots = server_slots_[s];
+      if (codec == wire_codec::fp32) {
+        for (std::size_t j = 0; j < slots.size(); ++j)
+          std::memcpy(rows_.data() + slots[j] * dim, payload.data() + j * dim * 4, dim * 4);
+      } else {
+        staged_.resize(values);
+        compress::fp16{}.decode(payload, std::span<float>(staged_));
+        for (std::size_t j = 0; j < slots.size(); ++j)
+          std::copy_n(staged_.data() + j * dim, dim, rows_.data() + slots[j] * dim);
+      }
+      return;
+    }
+  }
+
+  Transport* t_;
+  shard_map map_;
+  client_options options_;
+  PushCodec codec_;
+  int worker_ = 0;
+  std::vector<std::uint64_t> steps_;
+  std::vector<residual_store> residuals_;
+  std::vector<std::pair<std::uint64_t, std::size_t>> order_;
+  std::vector<std::uint64_t> unique_;
+  std::vector<std::size_t> slot_of_;
+  std::vector<std::vector<std::uint64_t>> server_keys_;
+  std::vector<std::vector<std::size_t>> server_slots_;
+  std::vector<std::vector<std::byte>> messages_;
+  std::vector<float> rows_, staged_, decoded_;
+  optim::sparse_gradient summed_;
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,68 @@
+/// @file consistency.hpp
+/// Consistency policies of parameter-server updates: `sync`, `async`, `bounded<S>`.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <limits>
+
+namespace strata::ps {
+
+/// A consistency policy: static facts the server and the trainer act on.
+///
+/// - `name`: short name for logs.
+/// - `code`: wire code sent in every request; a server rejects a worker using another policy.
+/// - `aggregates_step`: pushes of one step from all workers are summed (worker-rank order) and
+///   applied once (true only for `sync`); otherwise each push is applied on arrival.
+/// - `blocks_on_step`: a pull may wait for other workers' progress.
+/// - `max_staleness`: the most steps a worker's pull may be ahead of the slowest worker's
+///   applied pushes (`no_bound` for `async`).
+template <class C>
+concept consistency = requires {
+  { C::name } -> std::convertible_to<const char*>;
+  { C::code } -> std::convertible_to<std::uint32_t>;
+  { C::aggregates_step } -> std::convertible_to<bool>;
+  { C::blocks_on_step } -> std::convertible_to<bool>;
+  { C::max_staleness } -> std::convertible_to<std::uint64_t>;
+};
+
+/// `max_staleness` of a policy without a bound.
+inline constexpr std::uint64_t no_bound = std::numeric_limits<std::uint64_t>::max();
+
+/// Bulk synchronous: a step's pushes from all W workers for a table are summed in worker-rank
+/// order, then applied once; a pull for step t waits until steps < t are applied. Equals
+/// single-process training on the global batch (bitwise when the reference sums in the same
+/// order). Cost: every step runs at the pace of the slowest worker.
+struct sync {
+  static constexpr const char* name = "sync";
+  static constexpr std::uint32_t code = 1;
+  static constexpr bool aggregates_step = true;
+  static constexpr bool blocks_on_step = true;
+  static constexpr std::uint64_t max_staleness = 0;
+};
+
+/// Asynchronous: each push is applied on arrival; pulls never wait, so a straggler never slows
+/// the others (at the price of stale gradients, unbounded in steps).
+struct async {
+  static constexpr const char* name = "async";
+  static constexpr std::uint32_t code = 2;
+  static constexpr bool aggregates_step = false;
+  static constexpr bool blocks_on_step = false;
+  static constexpr std::uint64_t max_staleness = no_bound;
+};
+
+/// Bounded staleness (stale synchronous parallel): pushes are applied on arrival, and a pull
+/// for step t waits only while the slowest worker has applied fewer than t − S steps.
+template <std::uint64_t S>
+struct bounded {
+  static_assert(S < (std::uint64_t{1} << 24), "ps::bounded<S>: S must be below 2^24 steps");
+  static constexpr const char* name = "bounded";
+  static constexpr std::uint32_t code = 3u | static_cast<std::uint32_t>(S << 8);
+  static constexpr bool aggregates_step = false;
+  static constexpr bool blocks_on_step = true;
+  static constexpr std::uint64_t max_staleness = S;
+};
+
+static_assert(consistency<sync> && consistency<async> && consistency<bounded<2>>);
+
+}  // namespace strata::ps

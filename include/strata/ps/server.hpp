@@ -1,0 +1,687 @@
+/// @file server.hpp
+/// `server<Optimizer, Consistency, PushCodec>`: one parameter-server shard. Holds the rows (and
+/// optimizer state) of every table that the shard map assigns to it, answers pulls, applies
+/// pushes under a consistency policy, and runs the work on a oneTBB arena.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include "strata/comm/concepts.hpp"
+#include "strata/compress/concepts.hpp"
+#include "strata/compress/fp16.hpp"
+#include "strata/compress/identity.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/rng.hpp"
+#include "strata/embedding/init.hpp"
+#include "strata/optim/concepts.hpp"
+#include "strata/ps/consistency.hpp"
+#include "strata/ps/partition.hpp"
+#include "strata/ps/protocol.hpp"
+
+namespace strata::ps {
+
+/// Settings of a server.
+struct server_options {
+  int threads =
+      1;  ///< threads of the server's tbb::task_arena (its own threads, exactly this many)
+  embedding::uniform_init init{};  ///< initial row values (must match every other storage)
+  std::size_t stripes = 64;        ///< lock stripes per table (a power of two)
+};
+
+/// Load counters of one shard (a snapshot), so a hot shard is visible.
+struct shard_stats {
+  std::uint64_t pull_requests = 0;
+  std::uint64_t push_requests = 0;
+  std::uint64_t keys_pulled = 0;  ///< rows sent
+  std::uint64_t keys_pushed = 0;  ///< gradient rows received
+  std::uint64_t bytes_received = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t deferred_pulls = 0;  ///< pulls that had to wait for slower workers
+  std::uint64_t max_staleness = 0;   ///< max over pulls of (worker's step − slowest's step)
+  std::uint64_t rows = 0;            ///< rows held
+};
+
+/// One parameter-server shard.
+///
+/// Rows live in `stripes` hash maps per table (key → slot in a float array holding the weights
+/// followed by `Optimizer::state_floats(dim)` state), each under its own mutex, so fixed and
+/// unbounded tables both work and requests of many workers run concurrently without races. A
+/// row is created on first touch with `uniform_init` values of (seed, table, key), so every
+/// placement gives the same table.
+///
+/// `serve(transport)` receives requests (tag `comm::tags::ps_request`) from every worker,
+/// handles each worker's requests in order (different workers concurrently) on a task arena of
+/// `server_options::threads` threads, replies with `comm::tags::ps_reply`, and returns once
+/// every worker has sent a shutdown and all work is done. Consistency:
+/// - `sync`: a step's pushes from all W workers are summed in worker-rank order and applied
+///   once; pulls for step t are parked until steps < t are applied.
+/// - `async`: pushes applied on arrival; pulls never wait.
+/// - `bounded<S>`: pushes applied on arrival; a pull for step t is parked while the slowest
+///   worker has applied fewer than t − S pushes.
+/// A failing request (bad message, foreign key, wrong policy) is answered with an error reply
+/// that the worker's client raises; the server keeps serving.
+///
+/// Thread-safety: `serve` must run on one thread at a time; `stats`, `for_each_row`,
+/// `import_row` may be called concurrently with it (they take the stripe locks).
+/// Costs: a pull or push is O(keys · dim) plus one hash lookup per key; sync adds a sort of
+/// the step's keys.
+template <optim::sparse_optimizer Optimizer, consistency Consistency,
+          compress::compressor PushCodec = compress::identity>
+class server {
+ public:
+  using optimizer_type = Optimizer;
+  using consistency_type = Consistency;
+  using push_codec_type = PushCodec;
+
+  /// The shard of server `server_index` of `map`.
+  server(shard_map map, int server_index, Optimizer optimizer = {}, server_options options = {},
+         PushCodec codec = {})
+      : map_(std::move(map)),
+        index_(server_index),
+        optimizer_(optimizer),
+        options_(options),
+        codec_(std::move(codec)) {
+    STRATA_EXPECTS(server_index >= 0 && server_index < map_.roles().servers(),
+                   "ps::server: server index ", server_index, " outside [0, ",
+                   map_.roles().servers(), ")");
+    STRATA_EXPECTS(options_.threads >= 1, "ps::server: threads must be ≥ 1, got ",
+                   options_.threads);
+    STRATA_EXPECTS(options_.stripes >= 1 && std::has_single_bit(options_.stripes),
+                   "ps::server: stripes must be a power of two, got ", options_.stripes);
+    const auto workers = static_cast<std::size_t>(map_.roles().workers());
+    tables_.reserve(map_.table_count());
+    for (std::size_t t = 0; t < map_.table_count(); ++t) {
+      auto tab = std::make_unique<table_state>();
+      tab->dim = map_.spec(t).dim;
+      tab->state_floats = Optimizer::state_floats(tab->dim);
+      tab->row_floats = tab->dim + tab->state_floats;
+      tab->stripes = std::make_unique<stripe[]>(options_.stripes);
+      tab->received.assign(workers, 0);
+      tab->applied.assign(workers, 0);
+      tables_.push_back(std::move(tab));
+    }
+    queues_.resize(workers);
+  }
+
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  [[nodiscard]] const shard_map& map() const noexcept { return map_; }
+  [[nodiscard]] int index() const noexcept { return index_; }
+
+  /// Serves requests on `t` (whose rank must be this server's rank) until every worker has
+  /// shut down. Rethrows transport failures (timeout, aborted).
+  template <comm::transport T>
+  void serve(T& t) {
+    const layout& roles = map_.roles();
+    roles.check_size(t.size());
+    STRATA_EXPECTS(t.rank() == roles.server_rank(index_), "ps::server::serve: server ", index_,
+                   " runs on rank ", roles.server_rank(index_), ", not on rank ", t.rank());
+    // The arena's slots are all reserved for the server's own threads, so the thread count is
+    // exactly `threads` whatever oneTBB's global worker limit, and work is handed over through
+    // the server's own (instrumented, TSan-visible) queue rather than pooled tbb tasks.
+    tbb::task_arena arena(options_.threads, static_cast<unsigned>(options_.threads));
+    {
+      std::lock_guard lock(done_mutex_);
+      stopping_ = false;
+    }
+    std::vector<std::thread> pool;
+    pool.reserve(static_cast<std::size_t>(options_.threads));
+    for (int i = 0; i < options_.threads; ++i)
+      pool.emplace_back([this, &arena] { arena.execute([this] { work_loop(); }); });
+    const int workers = roles.workers();
+    int shutdowns = 0;
+    std::exception_ptr failure;
+    try {
+      while (shutdowns < workers) {
+        comm::message m = t.recv_any(comm::tags::ps_request);
+        bytes_received_.fetch_add(m.bytes.size(), std::memory_order_relaxed);
+        if (!roles.is_worker(m.source)) {
+          std::vector<std::byte> reply;
+          encode_error(reply, 0, msg_type::pull_request, 0, 0, errc::bad_message,
+                       cat("ps server ", index_, ": rank ", m.source,
+                           " sent a request but is not a worker (", roles.describe(), ")"));
+          send(t, m.source, reply);
+          continue;
+        }
+        if (m.bytes.size() >= header_bytes &&
+            static_cast<std::uint8_t>(m.bytes[6]) == static_cast<std::uint8_t>(msg_type::shutdown))
+          ++shutdowns;
+        enqueue(t, roles.worker_index(m.source), std::move(m.bytes));
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    {
+      std::unique_lock lock(done_mutex_);
+      done_.wait(lock, [&] { return outstanding_ == 0; });
+      stopping_ = true;
+    }
+    jobs_ready_.notify_all();
+    for (auto& thread : pool)
+      thread.join();
+    if (failure) std::rethrow_exception(failure);
+    if (task_failure_) std::rethrow_exception(std::exchange(task_failure_, nullptr));
+  }
+
+  /// Snapshot of the load counters.
+  [[nodiscard]] shard_stats stats() const {
+    shard_stats s;
+    s.pull_requests = pull_requests_.load();
+    s.push_requests = push_requests_.load();
+    s.keys_pulled = keys_pulled_.load();
+    s.keys_pushed = keys_pushed_.load();
+    s.bytes_received = bytes_received_.load();
+    s.bytes_sent = bytes_sent_.load();
+    s.deferred_pulls = deferred_pulls_.load();
+    s.max_staleness = max_staleness_.load();
+    for (std::size_t t = 0; t < tables_.size(); ++t)
+      s.rows += rows(t);
+    return s;
+  }
+  /// Largest observed staleness (see `shard_stats::max_staleness`); ≤ Consistency's bound.
+  [[nodiscard]] std::uint64_t observed_staleness() const noexcept { return max_staleness_.load(); }
+
+  /// Rows of table t held by this shard.
+  [[nodiscard]] std::size_t rows(std::size_t t) const {
+    map_.check_table(t, "ps::server::rows");
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < options_.stripes; ++s) {
+      auto& st = tables_[t]->stripes[s];
+      std::lock_guard lock(st.mutex);
+      n += st.slot.size();
+    }
+    return n;
+  }
+
+  /// Checkpoint export: calls `fn(table, key, weights, state)` for every row held (keys in no
+  /// particular order), holding that row's stripe lock during the call.
+  template <class Fn>
+  void for_each_row(Fn&& fn) const {
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      const table_state& tab = *tables_[t];
+      for (std::size_t s = 0; s < options_.stripes; ++s) {
+        auto& st = tab.stripes[s];
+        std::lock_guard lock(st.mutex);
+        for (const auto& [key, slot] : st.slot) {
+          const float* row = st.data.data() + slot * tab.row_floats;
+          fn(t, key, std::span<const float>(row, tab.dim),
+             std::span<const float>(row + tab.dim, tab.state_floats));
+        }
+      }
+    }
+  }
+
+  /// Checkpoint import: sets row `key` of table t (creating it) to `weights` and `state`.
+  /// Raises `errc::size_mismatch` for wrong sizes, `errc::out_of_range` for a key outside a
+  /// fixed table, `errc::invalid_argument` for a key this shard does not own.
+  void import_row(std::size_t t, std::uint64_t key, std::span<const float> weights,
+                  std::span<const float> state) {
+    map_.check_keys(t, std::span(&key, 1), "ps::server::import_row");
+    table_state& tab = *tables_[t];
+    if (weights.size() != tab.dim || state.size() != tab.state_floats)
+      fail(errc::size_mismatch,
+           cat("ps::server::import_row: table ", t, " rows have ", tab.dim, " weights and ",
+               tab.state_floats, " state floats, got ", weights.size(), " and ", state.size()));
+    STRATA_EXPECTS(map_.server_of(t, key) == static_cast<std::size_t>(index_),
+                   "ps::server::import_row: key ", key, " of table ", t, " belongs to server ",
+                   map_.server_of(t, key), ", not to server ", index_);
+    auto& st = stripe_of(tab, key);
+    std::lock_guard lock(st.mutex);
+    float* row = find_or_create(tab, st, t, key);
+    std::copy(weights.begin(), weights.end(), row);
+    std::copy(state.begin(), state.end(), row + tab.dim);
+  }
+
+ private:
+  struct stripe {
+    mutable std::mutex mutex;
+    std::unordered_map<std::uint64_t, std::size_t> slot;
+    std::vector<float> data;
+  };
+  struct parked_pull {
+    int worker = 0;
+    std::uint64_t step = 0;
+    wire_codec codec = wire_codec::fp32;
+    std::vector<std::uint64_t> keys;
+  };
+  struct sync_step {
+    std::vector<std::vector<std::uint64_t>> keys;  // per worker
+    std::vector<std::vector<float>> grads;         // per worker
+    std::vector<char> arrived;
+    int count = 0;
+  };
+  struct table_state {
+    std::size_t dim = 0, state_floats = 0, row_floats = 0;
+    std::unique_ptr<stripe[]> stripes;
+    std::mutex mutex;                     // guards everything below
+    std::vector<std::uint64_t> received;  // requests seen per worker: pushes (= its step)
+    std::vector<std::uint64_t> applied;   // pushes applied per worker (async / bounded)
+    std::uint64_t applied_steps = 0;      // sync: steps applied
+    bool applying = false;                // sync: one step being applied
+    std::map<std::uint64_t, sync_step> pending;
+    std::vector<parked_pull> parked;
+  };
+
+  stripe& stripe_of(const table_state& tab, std::uint64_t key) const noexcept {
+    return tab.stripes[mix_ids(key, 0x57A1Eull) & (options_.stripes - 1)];
+  }
+  /// The row of `key` (weights then state); the stripe lock must be held.
+  float* find_or_create(table_state& tab, stripe& st, std::size_t t, std::uint64_t key) {
+    auto [it, inserted] = st.slot.try_emplace(key, st.data.size() / tab.row_floats);
+    if (inserted) {
+      st.data.resize(st.data.size() + tab.row_floats, 0.0f);
+      float* row = st.data.data() + it->second * tab.row_floats;
+      options_.init.fill(t, key, std::span<float>(row, tab.dim));
+      return row;
+    }
+    return st.data.data() + it->second * tab.row_floats;
+  }
+
+  template <comm::transport T>
+  void send(T& t, int rank, std::span<const std::byte> bytes) {
+    std::lock_guard lock(send_mutex_);
+    t.send(rank, comm::tags::ps_reply, bytes);
+    bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  }
+
+  /// Queues `fn` for the server's threads.
+  void spawn(std::function<void()> fn) {
+    {
+      std::lock_guard lock(done_mutex_);
+      ++outstanding_;
+      jobs_.push_back(std::move(fn));
+    }
+    jobs_ready_.notify_one();
+  }
+
+  /// Body of each server thread (inside the arena): runs queued jobs until serve() stops.
+  void work_loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(done_mutex_);
+        jobs_ready_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      try {
+        job();
+      } catch (...) {  // only a failing transport gets here; serve() rethrows it
+        std::lock_guard lock(done_mutex_);
+        if (!task_failure_) task_failure_ = std::current_exception();
+      }
+      std::lock_guard lock(done_mutex_);
+      if (--outstanding_ == 0) done_.notify_all();
+    }
+  }
+
+  template <comm::transport T>
+  void enqueue(T& t, int worker, std::vector<std::byte> bytes) {
+    std::lock_guard lock(queue_mutex_);
+    auto& q = queues_[static_cast<std::size_t>(worker)];
+    q.pending.push_back(std::move(bytes));
+    if (q.running) return;
+    q.running = true;
+    spawn([this, &t, worker] { drain(t, worker); });
+  }
+
+  template <comm::transport T>
+  void drain(T& t, int worker) {
+    auto& q = queues_[static_cast<std::size_t>(worker)];
+    for (;;) {
+      std::vector<std::byte> bytes;
+      {
+        std::lock_guard lock(queue_mutex_);
+        if (q.pending.empty()) {
+          q.running = false;
+          return;
+        }
+        bytes = std::move(q.pending.front());
+        q.pending.pop_front();
+      }
+      handle_reporting(t, worker, bytes);
+    }
+  }
+
+  /// Runs `handle`, turning any failure into an error reply to the worker.
+  template <comm::transport T>
+  void handle_reporting(T& t, int worker, std::span<const std::byte> bytes) {
+    msg_type type = msg_type::pull_request;
+    std::uint32_t table = 0;
+    std::uint64_t step = 0;
+    errc code = errc::internal;
+    std::string text;
+    try {
+      handle(t, worker, bytes, type, table, step);
+      return;
+    } catch (const error& e) {
+      code = e.code();
+      text = e.what();
+    } catch (const std::exception& e) {
+      text = e.what();
+    }
+    std::vector<std::byte> reply;
+    encode_error(
+        reply, static_cast<std::uint32_t>(worker), type, table, step, code,
+        cat("ps server ", index_, " (rank ", map_.roles().server_rank(index_), "): ", text));
+    send(t, map_.roles().worker_rank(worker), reply);
+  }
+
+  /// Keys must be owned by this shard.
+  void check_owned(std::size_t t, std::span<const std::uint64_t> keys) const {
+    for (const std::uint64_t key : keys)
+      if (map_.server_of(t, key) != static_cast<std::size_t>(index_))
+        fail(errc::bad_message, cat("ps protocol: key ", key, " of table ", t,
+                                    " belongs to server ", map_.server_of(t, key), ", not to ",
+                                    index_, "; do client and server use the same shard map?"));
+  }
+
+  template <comm::transport T>
+  void handle(T& t, int worker, std::span<const std::byte> bytes, msg_type& type,
+              std::uint32_t& table, std::uint64_t& step) {
+    request r = decode_request(bytes, map_, Consistency::code, worker);
+    type = r.h.type;
+    table = r.h.table;
+    step = r.h.step;
+    if (r.h.type == msg_type::shutdown) {
+      header ack;
+      ack.type = msg_type::shutdown_ack;
+      ack.worker = r.h.worker;
+      std::vector<std::byte> reply;
+      start_message(reply, ack);
+      send(t, map_.roles().worker_rank(worker), reply);
+      return;
+    }
+    check_owned(r.h.table, r.keys);
+    if (r.h.type == msg_type::pull_request)
+      handle_pull(t, worker, r);
+    else
+      handle_push(t, worker, r);
+  }
+
+  /// Whether a pull for `step` may be served now (table mutex held).
+  [[nodiscard]] bool ready(const table_state& tab, std::uint64_t step) const noexcept {
+    if constexpr (Consistency::aggregates_step) {
+      return tab.applied_steps >= step;
+    } else if constexpr (!Consistency::blocks_on_step) {
+      return true;
+    } else {
+      const std::uint64_t slowest = *std::min_element(tab.applied.begin(), tab.applied.end());
+      return step <= slowest + Consistency::max_staleness;
+    }
+  }
+  /// Records the staleness of a pull being served (table mutex held).
+  void note_staleness(const table_state& tab, std::uint64_t step) noexcept {
+    const std::uint64_t slowest = Consistency::aggregates_step
+                                      ? tab.applied_steps
+                                      : *std::min_element(tab.applied.begin(), tab.applied.end());
+    const std::uint64_t stale = step > slowest ? step - slowest : 0;
+    std::uint64_t seen = max_staleness_.load();
+    while (stale > seen && !max_staleness_.compare_exchange_weak(seen, stale)) {
+    }
+  }
+
+  template <comm::transport T>
+  void handle_pull(T& t, int worker, request& r) {
+    const header& h = r.h;
+    parked_pull pull{worker, h.step, h.codec, std::move(r.keys)};
+    table_state& tab = *tables_[h.table];
+    {
+      std::lock_guard lock(tab.mutex);
+      const std::uint64_t expected = tab.received[static_cast<std::size_t>(worker)];
+      if (h.step != expected)
+        fail(errc::bad_message, cat("ps protocol: pull for step ", h.step, " of table ", h.table,
+                                    " but worker ", worker, " has pushed ", expected, " steps"));
+      if (!ready(tab, h.step)) {
+        deferred_pulls_.fetch_add(1, std::memory_order_relaxed);
+        tab.parked.push_back(std::move(pull));
+        return;
+      }
+      note_staleness(tab, h.step);
+    }
+    reply_pull(t, h.table, pull);
+  }
+
+  template <comm::transport T>
+  void reply_pull(T& t, std::size_t table, const parked_pull& pull) {
+    table_state& tab = *tables_[table];
+    const std::size_t n = pull.keys.size(), dim = tab.dim;
+    header h;
+    h.type = msg_type::pull_reply;
+    h.codec = pull.codec;
+    h.worker = static_cast<std::uint32_t>(pull.worker);
+    h.table = static_cast<std::uint32_t>(table);
+    h.step = pull.step;
+    h.key_count = n;
+    h.dim = static_cast<std::uint32_t>(dim);
+    h.policy = Consistency::code;
+    h.payload_bytes = n * dim * value_bytes(pull.codec);
+    std::vector<std::byte> reply;
+    const auto payload = start_message(reply, h);
+    std::vector<float> staged(pull.codec == wire_codec::fp16 ? dim : 0);
+    const compress::fp16 half;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t key = pull.keys[i];
+      auto& st = stripe_of(tab, key);
+      std::lock_guard lock(st.mutex);
+      const float* row = find_or_create(tab, st, table, key);
+      if (pull.codec == wire_codec::fp32) {
+        std::memcpy(payload.data() + i * dim * 4, row, dim * 4);
+      } else {
+        std::copy(row, row + dim, staged.begin());
+        half.encode(staged, payload.subspan(i * dim * 2, dim * 2));
+      }
+    }
+    pull_requests_.fetch_add(1, std::memory_order_relaxed);
+    keys_pulled_.fetch_add(n, std::memory_order_relaxed);
+    send(t, map_.roles().worker_rank(pull.worker), reply);
+  }
+
+  template <comm::transport T>
+  void handle_push(T& t, int worker, request& r) {
+    const header& h = r.h;
+    std::vector<std::uint64_t> keys = std::move(r.keys);
+    std::vector<float> grads(keys.size() * h.dim);
+    if constexpr (std::is_same_v<PushCodec, compress::identity>) {
+      if (h.codec != wire_codec::fp32)
+        fail(errc::bad_message, cat("ps protocol: push codec ", static_cast<int>(h.codec),
+                                    " but this server expects fp32 gradients"));
+      if (!grads.empty()) std::memcpy(grads.data(), r.values.data(), grads.size() * 4);
+    } else {
+      if (h.codec != wire_codec::compressed)
+        fail(errc::bad_message,
+             cat("ps protocol: push codec ", static_cast<int>(h.codec), " but this server expects ",
+                 PushCodec::name, "-compressed gradients"));
+      codec_.decode(r.values, std::span<float>(grads));  // validates the size
+    }
+    push_requests_.fetch_add(1, std::memory_order_relaxed);
+    keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
+
+    table_state& tab = *tables_[h.table];
+    const auto w = static_cast<std::size_t>(worker);
+    if constexpr (Consistency::aggregates_step) {
+      std::unique_lock lock(tab.mutex);
+      if (h.step != tab.received[w])
+        fail(errc::bad_message, cat("ps protocol: push for step ", h.step, " of table ", h.table,
+                                    " but worker ", worker, " is at step ", tab.received[w]));
+      ++tab.received[w];
+      auto& s = tab.pending[h.step];
+      if (s.arrived.empty()) {
+        const auto workers = static_cast<std::size_t>(map_.roles().workers());
+        s.keys.resize(workers);
+        s.grads.resize(workers);
+        s.arrived.assign(workers, 0);
+      }
+      s.keys[w] = std::move(keys);
+      s.grads[w] = std::move(grads);
+      s.arrived[w] = 1;
+      ++s.count;
+      apply_ready_steps(t, h.table, tab, lock);
+    } else {
+      {
+        std::lock_guard lock(tab.mutex);
+        if (h.step != tab.received[w])
+          fail(errc::bad_message, cat("ps protocol: push for step ", h.step, " of table ", h.table,
+                                      " but worker ", worker, " is at step ", tab.received[w]));
+        ++tab.received[w];
+      }
+      apply_rows(tab, h.table, keys, grads);
+      std::unique_lock lock(tab.mutex);
+      ++tab.applied[w];
+      release_parked(t, h.table, tab, lock);
+    }
+  }
+
+  /// Applies the optimizer to each (key, summed gradient) row; rows are distinct.
+  void apply_rows(table_state& tab, std::size_t table, std::span<const std::uint64_t> keys,
+                  std::span<const float> grads) {
+    const std::size_t dim = tab.dim;
+    const auto body = [&](std::size_t first, std::size_t last) {
+      for (std::size_t i = first; i < last; ++i) {
+        auto& st = stripe_of(tab, keys[i]);
+        std::lock_guard lock(st.mutex);
+        float* row = find_or_create(tab, st, table, keys[i]);
+        optimizer_.apply(std::span<float>(row, dim), std::span<float>(row + dim, tab.state_floats),
+                         grads.subspan(i * dim, dim));
+      }
+    };
+    body(0, keys.size());  // parallelism comes from serving several workers at once
+  }
+
+  /// sync: applies every complete step in order (called with the table mutex held; releases
+  /// it while applying), then releases the pulls that became ready.
+  template <comm::transport T>
+  void apply_ready_steps(T& t, std::size_t table, table_state& tab,
+                         std::unique_lock<std::mutex>& lock) {
+    const int workers = map_.roles().workers();
+    while (!tab.applying) {
+      auto it = tab.pending.find(tab.applied_steps);
+      if (it == tab.pending.end() || it->second.count < workers) break;
+      sync_step s = std::move(it->second);
+      tab.pending.erase(it);
+      tab.applying = true;
+      lock.unlock();
+      try {
+        apply_sync_step(tab, table, s);
+      } catch (...) {
+        lock.lock();
+        tab.applying = false;
+        throw;
+      }
+      lock.lock();
+      tab.applying = false;
+      ++tab.applied_steps;
+    }
+    release_parked(t, table, tab, lock);
+  }
+
+  /// Sums one step's pushes per key in worker-rank order (first copied, the rest added), then
+  /// applies the optimizer once per key.
+  void apply_sync_step(table_state& tab, std::size_t table, const sync_step& s) {
+    const std::size_t dim = tab.dim;
+    std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> order;  // key, w, i
+    std::size_t total = 0;
+    for (const auto& k : s.keys)
+      total += k.size();
+    order.reserve(total);
+    for (std::size_t w = 0; w < s.keys.size(); ++w)
+      for (std::size_t i = 0; i < s.keys[w].size(); ++i)
+        order.emplace_back(s.keys[w][i], static_cast<std::uint32_t>(w),
+                           static_cast<std::uint32_t>(i));
+    std::sort(order.begin(), order.end());
+    std::vector<std::uint64_t> keys;
+    std::vector<float> sums;
+    keys.reserve(order.size());
+    sums.reserve(order.size() * dim);
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      const auto [key, w, i] = order[j];
+      const float* g = s.grads[w].data() + static_cast<std::size_t>(i) * dim;
+      if (j == 0 || std::get<0>(order[j - 1]) != key) {
+        keys.push_back(key);
+        sums.insert(sums.end(), g, g + dim);
+      } else {
+        float* acc = sums.data() + (keys.size() - 1) * dim;
+        for (std::size_t c = 0; c < dim; ++c)
+          acc[c] += g[c];
+      }
+    }
+    apply_rows(tab, table, keys, sums);
+  }
+
+  /// Serves every parked pull that is ready now (table mutex held by `lock`).
+  template <comm::transport T>
+  void release_parked(T& t, std::size_t table, table_state& tab,
+                      std::unique_lock<std::mutex>& lock) {
+    std::vector<parked_pull> go;
+    for (std::size_t i = 0; i < tab.parked.size();) {
+      if (ready(tab, tab.parked[i].step)) {
+        note_staleness(tab, tab.parked[i].step);
+        go.push_back(std::move(tab.parked[i]));
+        tab.parked.erase(tab.parked.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    lock.unlock();
+    for (auto& pull : go)
+      spawn([this, &t, table, pull = std::move(pull)] {
+        try {
+          reply_pull(t, table, pull);
+        } catch (const std::exception& e) {
+          std::vector<std::byte> reply;
+          encode_error(reply, static_cast<std::uint32_t>(pull.worker), msg_type::pull_request,
+                       static_cast<std::uint32_t>(table), pull.step, errc::internal, e.what());
+          send(t, map_.roles().worker_rank(pull.worker), reply);
+        }
+      });
+    lock.lock();
+  }
+
+  struct worker_queue {
+    std::deque<std::vector<std::byte>> pending;
+    bool running = false;
+  };
+
+  shard_map map_;
+  int index_;
+  Optimizer optimizer_;
+  server_options options_;
+  PushCodec codec_;
+  std::vector<std::unique_ptr<table_state>> tables_;
+  std::mutex queue_mutex_;
+  std::vector<worker_queue> queues_;
+  std::mutex send_mutex_;
+  std::mutex done_mutex_;
+  std::condition_variable done_;
+  std::size_t outstanding_ = 0;
+  std::exception_ptr task_failure_;
+  std::deque<std::function<void()>> jobs_;
+  std::condition_variable jobs_ready_;
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
+      bytes_received_{0}, bytes_sent_{0}, deferred_pulls_{0}, max_staleness_{0};
+};
+
+}  // namespace strata::ps

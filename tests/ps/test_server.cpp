@@ -1,0 +1,336 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "ps/harness.hpp"
+#include "strata/compress/fp16.hpp"
+#include "strata/compress/int8_block.hpp"
+#include "strata/embedding/init.hpp"
+#include "strata/embedding/local.hpp"
+#include "strata/optim/adagrad.hpp"
+#include "strata/optim/sgd.hpp"
+
+using namespace strata;
+using ps_test::run_job;
+
+namespace {
+std::vector<std::uint64_t> iota_keys(std::size_t n, std::uint64_t first = 0) {
+  std::vector<std::uint64_t> k(n);
+  for (std::size_t i = 0; i < n; ++i)
+    k[i] = first + i;
+  return k;
+}
+}  // namespace
+
+TEST_CASE("sharded storage models embedding::storage and matches local", "[ps][sharded]") {
+  using storage = embedding::sharded<optim::adagrad>;
+  STATIC_REQUIRE(embedding::storage<storage>);
+  STATIC_REQUIRE(
+      std::is_same_v<storage::rebind_consistency<ps::async>::consistency_type, ps::async>);
+  const std::vector<embedding::table_spec> specs = {{"t", 30, 8}};
+  const ps::shard_map map(ps::layout::dedicated(1, 2), specs);
+  const optim::adagrad opt{.lr = 0.2f};
+  embedding::local<optim::adagrad> ref(specs, opt);
+  comm::thread_world world(3, {.timeout_seconds = 20});
+  world.run([&](comm::thread_transport& t) {
+    if (map.roles().is_server(t.rank())) {
+      storage::server_type server(map, map.roles().server_index(t.rank()), opt);
+      server.serve(t);
+      return;
+    }
+    storage s(t, map);
+    const std::vector<std::uint64_t> keys = {3, 7, 3, 29, 0, 7};
+    matrix<float> got(keys.size(), 8), want(keys.size(), 8), g(keys.size(), 8);
+    for (int step = 0; step < 3; ++step) {
+      s.gather(0, keys, got);
+      ref.gather(0, keys, want);
+      REQUIRE(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g.flat()[i] = std::sin(static_cast<float>(i + step));
+      s.apply_gradients(0, keys, g);
+      ref.apply_gradients(0, keys, g);
+    }
+    s.gather(0, keys, got);
+    ref.gather(0, keys, want);
+    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+    s.shutdown();
+  });
+}
+
+TEST_CASE("traffic per server grows with workers and falls with servers", "[ps][traffic]") {
+  auto bytes_per_server = [](int workers, int servers) {
+    const ps::shard_map map(ps::layout::dedicated(workers, servers), {{"t", 4096, 16}});
+    comm::thread_world world(workers + servers, {.timeout_seconds = 20});
+    run_job<ps::sync>(world, map, optim::sgd{}, [&](auto& c, int w) {
+      for (int step = 0; step < 3; ++step) {
+        const auto keys = iota_keys(256, static_cast<std::uint64_t>(w) * 256 + step * 1024);
+        matrix<float> rows(keys.size(), 16);
+        c.pull(0, keys, rows);
+        c.push(0, keys, rows);
+      }
+    });
+    double total = 0;
+    for (int w = 0; w < workers; ++w)
+      for (int s = 0; s < servers; ++s)
+        total += static_cast<double>(world.bytes_sent(w, workers + s) +
+                                     world.bytes_sent(workers + s, w));
+    return total / servers;
+  };
+  const double w1s1 = bytes_per_server(1, 1), w3s1 = bytes_per_server(3, 1);
+  const double w3s3 = bytes_per_server(3, 3);
+  INFO("bytes/server: W1S1 " << w1s1 << ", W3S1 " << w3s1 << ", W3S3 " << w3s3);
+  CHECK(w3s1 > 2.8 * w1s1);
+  CHECK(w3s3 < 0.4 * w3s1);
+}
+
+TEST_CASE("server stats make a hot shard visible", "[ps][stats]") {
+  const ps::shard_map map(ps::layout::dedicated(2, 2), {{"t", 100, 4}}, ps::partition_kind::range);
+  comm::thread_world world(4, {.timeout_seconds = 20});
+  auto result = run_job<ps::async>(world, map, optim::sgd{}, [&](auto& c, int) {
+    const auto keys = iota_keys(10);  // all in server 0's range [0, 50)
+    matrix<float> rows(10, 4);
+    c.pull(0, keys, rows);
+    c.push(0, keys, rows);
+  });
+  CHECK(result.stats[0].keys_pulled == 20);
+  CHECK(result.stats[0].keys_pushed == 20);
+  CHECK(result.stats[0].rows == 10);
+  CHECK(result.stats[0].bytes_sent > 0);
+  CHECK(result.stats[1].keys_pulled == 0);
+  CHECK(result.stats[1].push_requests == 2);  // empty pushes still count the step
+  CHECK(result.stats[1].rows == 0);
+}
+
+TEST_CASE("fp16 pulls halve reply bytes and round each value", "[ps][fp16]") {
+  const ps::shard_map map(ps::layout::dedicated(1, 1), {{"t", 64, 32}});
+  const embedding::uniform_init init{};
+  for (bool half : {false, true}) {
+    comm::thread_world world(2, {.timeout_seconds = 20});
+    run_job<ps::sync>(world, map, optim::sgd{},
+                      [&](auto& c, int) {
+                        const auto keys = iota_keys(64);
+                        matrix<float> rows(64, 32);
+                        c.pull(0, keys, rows);
+                        for (std::size_t k = 0; k < 64; ++k)
+                          for (std::size_t j = 0; j < 32; ++j) {
+                            const float exact = init.value(0, k, j, 32);
+                            const float want =
+                                half ? compress::half_to_float(compress::float_to_half(exact))
+                                     : exact;
+                            REQUIRE(rows(k, j) == want);
+                          }
+                      },
+                      {}, {.fp16_pulls = half});
+    const auto reply = world.bytes_sent(1, 0);
+    CHECK(reply == ps::header_bytes * 2 + 64 * 32 * (half ? 2 : 4));  // pull reply + shutdown ack
+  }
+}
+
+TEST_CASE("int8 pushes send ~4x fewer gradient bytes and still converge", "[ps][compress]") {
+  using int8 = compress::int8_block<256>;
+  const std::size_t dim = 256, keys_per_push = 40, steps = 4;
+  auto push_bytes = [&]<class Codec>(Codec) {
+    const ps::shard_map map(ps::layout::dedicated(1, 1), {{"t", 1000, dim}});
+    comm::thread_world world(2, {.timeout_seconds = 20});
+    auto result =
+        run_job<ps::async, optim::sgd, Codec>(world, map, optim::sgd{}, [&](auto& c, int) {
+          for (std::size_t step = 0; step < steps; ++step) {
+            const auto keys = iota_keys(keys_per_push, step * 100);
+            matrix<float> g(keys_per_push, dim);
+            for (std::size_t i = 0; i < g.size(); ++i)
+              g.flat()[i] = std::cos(static_cast<float>(i));
+            c.push(0, keys, g);
+          }
+        });
+    const auto& s = result.stats[0];
+    REQUIRE(s.keys_pushed == keys_per_push * steps);
+    // Gradient bytes = everything the worker sent minus headers (pushes + shutdown) and keys.
+    const double total = static_cast<double>(world.bytes_sent(0, 1));
+    return std::pair(total, total - (steps + 1) * ps::header_bytes - s.keys_pushed * 8.0);
+  };
+  const auto [fp32_total, fp32_grads] = push_bytes(compress::identity{});
+  const auto [int8_total, int8_grads] = push_bytes(int8{});
+  INFO("fp32 " << fp32_total << " B (" << fp32_grads << " gradient), int8 " << int8_total << " B ("
+               << int8_grads << " gradient)");
+  CHECK(fp32_grads / int8_grads >= 3.9);
+  CHECK(fp32_total / int8_total >= 3.7);
+
+  // Convergence: 0.5 ||row - target||^2 with int8 pushes and per-key error feedback.
+  const ps::shard_map map(ps::layout::dedicated(2, 1), {{"t", 8, 16}});
+  comm::thread_world world(3, {.timeout_seconds = 20});
+  double err = 0;
+  bool residual_kept = false;
+  run_job<ps::sync, optim::sgd, compress::int8_block<16>>(
+      world, map, optim::sgd{.lr = 0.2f}, [&](auto& c, int w) {
+        const auto keys = iota_keys(8);
+        matrix<float> rows(8, 16), g(8, 16);
+        for (int step = 0; step < 60; ++step) {
+          c.pull(0, keys, rows);
+          for (std::size_t k = 0; k < 8; ++k)
+            for (std::size_t j = 0; j < 16; ++j)
+              g(k, j) = 0.5f * (rows(k, j) - static_cast<float>(k) * 0.1f);
+          c.push(0, keys, g);
+        }
+        if (w != 0) return;
+        c.pull(0, keys, rows);
+        for (std::size_t k = 0; k < 8; ++k)
+          for (std::size_t j = 0; j < 16; ++j)
+            err = std::max(err, std::abs(rows(k, j) - static_cast<double>(k) * 0.1));
+        for (std::size_t k = 0; k < 8; ++k)
+          for (float r : c.residual(0, k))
+            residual_kept = residual_kept || r != 0.0f;
+      });
+  CHECK(err < 1e-3);
+  CHECK(residual_kept);
+}
+
+TEST_CASE("bad keys and bad requests raise clear errors", "[ps][errors]") {
+  const ps::shard_map map(ps::layout::dedicated(2, 1), {{"user", 50, 4}, {"any", 0, 4}});
+  comm::thread_world world(3, {.timeout_seconds = 20});
+  run_job<ps::async>(world, map, optim::sgd{}, [&](auto& c, int w) {
+    matrix<float> rows(2, 4);
+    const std::vector<std::uint64_t> big = {~0ull, 1ull << 50};
+    c.pull(1, big, rows);  // unbounded table: any 64-bit key
+    if (w != 0) return;    // Catch2 assertions from one thread only
+    const std::vector<std::uint64_t> bad = {3, 50};
+    REQUIRE_THROWS_WITH(c.pull(0, bad, rows), Catch::Contains("key 50") &&
+                                                  Catch::Contains("table 0 'user'") &&
+                                                  Catch::Contains("[0, 50)"));
+    REQUIRE_THROWS_AS(c.push(0, bad, rows), error);
+    matrix<float> wrong(2, 3);
+    REQUIRE_THROWS_WITH(c.pull(0, std::vector<std::uint64_t>{1, 2}, wrong),
+                        Catch::Contains("needs 2 × 4"));
+    REQUIRE_THROWS_WITH(c.pull(2, std::vector<std::uint64_t>{1, 2}, rows),
+                        Catch::Contains("table 2 outside"));
+  });
+
+  // Garbage from a worker gets an error reply; the server keeps serving.
+  comm::thread_world world2(2, {.timeout_seconds = 20});
+  const ps::shard_map one(ps::layout::dedicated(1, 1), {{"user", 50, 4}});
+  world2.run([&](comm::thread_transport& t) {
+    if (t.rank() == 1) {
+      ps::server<optim::sgd, ps::sync> server(one, 0);
+      server.serve(t);
+      return;
+    }
+    const std::vector<std::byte> junk(20, std::byte{0x42});
+    t.send(1, comm::tags::ps_request, junk);
+    const auto reply = t.recv_message(1, comm::tags::ps_reply);
+    const auto h = ps::decode_header(reply);
+    REQUIRE(h.type == ps::msg_type::error_reply);
+    const auto info = ps::decode_error(h, reply);
+    CHECK(info.code == errc::bad_message);
+    CHECK_THAT(info.text, Catch::Contains("shorter than the 48-byte header"));
+    ps::client<ps::sync> c(t, one);
+    matrix<float> rows(1, 4);
+    c.pull(0, std::vector<std::uint64_t>{7}, rows);
+    CHECK(rows(0, 0) == embedding::uniform_init{}.value(0, 7, 0, 4));
+    c.shutdown();
+  });
+
+  // A worker with another consistency policy is refused by name.
+  comm::thread_world world3(2, {.timeout_seconds = 20});
+  REQUIRE_THROWS_WITH(world3.run([&](comm::thread_transport& t) {
+    if (t.rank() == 1) {
+      ps::server<optim::sgd, ps::sync> server(one, 0);
+      server.serve(t);
+      return;
+    }
+    ps::client<ps::async> c(t, one);
+    matrix<float> rows(1, 4);
+    c.pull(0, std::vector<std::uint64_t>{7}, rows);
+  }),
+                      Catch::Contains("consistency code 2"));
+}
+
+TEST_CASE("hot keys from many workers with 2 server threads", "[ps][concurrency]") {
+  const int workers = 4, steps = 20;
+  const std::size_t dim = 64, wide = 400;
+  const embedding::uniform_init init{};
+  for (auto kind : {ps::placement::dedicated, ps::placement::colocated}) {
+    const auto roles = kind == ps::placement::dedicated ? ps::layout::dedicated(workers, 1)
+                                                        : ps::layout::colocated(workers);
+    const ps::shard_map map(roles, {{"hot", 0, dim}});
+    comm::thread_world world(roles.ranks(), {.timeout_seconds = 30});
+    std::mutex mutex;
+    std::atomic<int> mismatches{0};
+    std::map<std::uint64_t, std::vector<float>> rows_after;
+    run_job<ps::async>(
+        world, map, optim::sgd{.lr = 0.5f},
+        [&](auto& c, int) {
+          const std::vector<std::uint64_t> hot = {0, 1, 2, 0};  // key 0 twice per push
+          matrix<float> rows(hot.size(), dim), ones(hot.size(), dim);
+          std::fill(ones.flat().begin(), ones.flat().end(), 1.0f);
+          const auto many = iota_keys(wide, 100);
+          matrix<float> many_ones(wide, dim), many_rows(wide, dim);
+          std::fill(many_ones.flat().begin(), many_ones.flat().end(), 1.0f);
+          for (int step = 0; step < steps; ++step) {
+            c.pull(0, hot, rows);
+            if (rows(0, 0) != rows(3, 0)) mismatches.fetch_add(1);
+            c.push(0, hot, ones);
+            if (step % 5 == 0) {
+              c.pull(0, many, many_rows);
+              c.push(0, many, many_ones);
+            }
+          }
+        },
+        {.threads = 2}, {},
+        [&](const auto& server) {
+          std::lock_guard lock(mutex);
+          server.for_each_row(
+              [&](std::size_t, std::uint64_t key, std::span<const float> row,
+                  std::span<const float>) { rows_after[key].assign(row.begin(), row.end()); });
+        });
+    // Every push applied exactly once, whatever the interleaving: each update is the same
+    // `x -= 0.5 · g`, so the sequence of values is fixed.
+    auto expect = [&](std::uint64_t key, std::size_t col, float grad, int times) {
+      float x = init.value(0, key, col, dim);
+      for (int i = 0; i < times; ++i)
+        x -= 0.5f * grad;
+      return x;
+    };
+    CHECK(mismatches.load() == 0);  // duplicate keys of one pull get the same row
+    REQUIRE(rows_after.size() == 3 + wide);
+    for (std::size_t col : {std::size_t{0}, dim - 1}) {
+      CHECK(rows_after[0][col] == expect(0, col, 2.0f, workers * steps));
+      CHECK(rows_after[2][col] == expect(2, col, 1.0f, workers * steps));
+      CHECK(rows_after[100 + wide - 1][col] == expect(100 + wide - 1, col, 1.0f, workers * 4));
+    }
+  }
+}
+
+TEST_CASE("a shard exports and imports its rows (checkpoints)", "[ps][checkpoint]") {
+  const ps::shard_map map(ps::layout::dedicated(1, 2), {{"a", 100, 4}, {"b", 0, 2}});
+  ps::server<optim::adagrad, ps::sync> s0(map, 0), s1(map, 1);
+  std::size_t imported = 0;
+  for (std::uint64_t key = 0; key < 100; ++key) {
+    auto& target = map.server_of(0, key) == 0 ? s0 : s1;
+    const float v = static_cast<float>(key);
+    target.import_row(0, key, std::vector<float>{v, v, v, v}, std::vector<float>{1, 2, 3, 4});
+    ++imported;
+  }
+  std::map<std::uint64_t, float> seen;
+  for (auto* s : {&s0, &s1})
+    s->for_each_row([&](std::size_t t, std::uint64_t key, std::span<const float> w,
+                        std::span<const float> state) {
+      REQUIRE(t == 0);
+      REQUIRE(state.size() == 4);
+      CHECK(state[3] == 4.0f);
+      seen[key] = w[0];
+    });
+  REQUIRE(seen.size() == imported);
+  CHECK(seen[42] == 42.0f);
+  CHECK(s0.rows(0) + s1.rows(0) == 100);
+  const std::uint64_t foreign = map.server_of(0, 5) == 0 ? 5 : 6;
+  auto& wrong = map.server_of(0, foreign) == 0 ? s1 : s0;
+  CHECK_THROWS_WITH(wrong.import_row(0, foreign, std::vector<float>(4), std::vector<float>(4)),
+                    Catch::Contains("belongs to server"));
+  CHECK_THROWS_AS(s0.import_row(0, 5, std::vector<float>(3), std::vector<float>(4)), error);
+  CHECK_THROWS_WITH(s0.import_row(0, 100, std::vector<float>(4), std::vector<float>(4)),
+                    Catch::Contains("outside its rows [0, 100)"));
+}

@@ -1,0 +1,55 @@
+#include <catch2/catch.hpp>
+
+#include "strata/comm/group.hpp"
+#include "strata/comm/thread_world.hpp"
+#include "strata/train/detail/exchange.hpp"
+
+using namespace strata;
+
+TEST_CASE("ordered allreduce sums in rank order, bitwise", "[train][exchange]") {
+  for (int n : {1, 2, 3, 5}) {
+    for (std::size_t count : {0u, 1u, 3u, 1000u}) {
+      comm::thread_world world(n, {.timeout_seconds = 20});
+      world.run([&](comm::thread_transport& t) {
+        const auto value = [](int r, std::size_t i) {
+          return static_cast<float>(std::sin(0.37 * static_cast<double>(i) + r) * (1 + r * 1e3));
+        };
+        std::vector<float> data(count);
+        for (std::size_t i = 0; i < count; ++i) data[i] = value(t.rank(), i);
+        train::detail::ordered_allreduce(t, std::span(data));
+        for (std::size_t i = 0; i < count; ++i) {
+          float expected = value(0, i);
+          for (int r = 1; r < n; ++r) expected += value(r, i);
+          REQUIRE(data[i] == expected);  // bitwise: same order as a serial loop over ranks
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("allgatherv gathers blobs of different lengths in rank order", "[train][exchange]") {
+  comm::thread_world world(4);
+  world.run([](comm::thread_transport& t) {
+    std::vector<std::byte> mine(static_cast<std::size_t>(t.rank()) * 3, std::byte(t.rank()));
+    const auto all = train::detail::allgatherv(t, mine);
+    REQUIRE(all.size() == 4);
+    for (int r = 0; r < 4; ++r) {
+      REQUIRE(all[r].size() == static_cast<std::size_t>(r) * 3);
+      for (auto b : all[r]) REQUIRE(b == std::byte(r));
+    }
+  });
+}
+
+TEST_CASE("a group runs collectives among a subset of ranks", "[train][comm][group]") {
+  comm::thread_world world(5, {.timeout_seconds = 10});
+  world.run([](comm::thread_transport& t) {
+    if (t.rank() == 1 || t.rank() == 3) return;  // not members (e.g. servers)
+    comm::group workers(t, {0, 2, 4});
+    std::vector<double> data(7, 1.0 + workers.rank());
+    comm::allreduce(workers, std::span(data));
+    REQUIRE(data == std::vector<double>(7, 6.0));
+    REQUIRE_THROWS_AS(workers.base_rank(3), strata::error);
+  });
+  REQUIRE_THROWS_WITH(world.run([](comm::thread_transport& t) { comm::group g(t, {0}); }),
+                      Catch::Contains("not a member"));
+}
