@@ -15,11 +15,13 @@ TEST_CASE("ordered allreduce sums in rank order, bitwise", "[train][exchange]") 
           return static_cast<float>(std::sin(0.37 * static_cast<double>(i) + r) * (1 + r * 1e3));
         };
         std::vector<float> data(count);
-        for (std::size_t i = 0; i < count; ++i) data[i] = value(t.rank(), i);
+        for (std::size_t i = 0; i < count; ++i)
+          data[i] = value(t.rank(), i);
         train::detail::ordered_allreduce(t, std::span(data));
         for (std::size_t i = 0; i < count; ++i) {
           float expected = value(0, i);
-          for (int r = 1; r < n; ++r) expected += value(r, i);
+          for (int r = 1; r < n; ++r)
+            expected += value(r, i);
           REQUIRE(data[i] == expected);  // bitwise: same order as a serial loop over ranks
         }
       });
@@ -35,7 +37,8 @@ TEST_CASE("allgatherv gathers blobs of different lengths in rank order", "[train
     REQUIRE(all.size() == 4);
     for (int r = 0; r < 4; ++r) {
       REQUIRE(all[r].size() == static_cast<std::size_t>(r) * 3);
-      for (auto b : all[r]) REQUIRE(b == std::byte(r));
+      for (auto b : all[r])
+        REQUIRE(b == std::byte(r));
     }
   });
 }

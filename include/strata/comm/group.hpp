@@ -70,7 +70,7 @@ class group {
   }
   /// Zero-copy receive, when the base transport offers it (see `consuming_transport`).
   template <class Consume>
-    requires consuming_transport<Base>
+  requires consuming_transport<Base>
   void sendrecv_consume(int to, std::span<const std::byte> out, int from, std::size_t in_bytes,
                         tag_t tag, Consume&& consume) {
     base_->sendrecv_consume(base_rank(to), out, base_rank(from), in_bytes, tag,

@@ -202,6 +202,20 @@ class server {
   /// Largest observed staleness (see `shard_stats::max_staleness`); ≤ Consistency's bound.
   [[nodiscard]] std::uint64_t observed_staleness() const noexcept { return max_staleness_.load(); }
 
+  /// Restarts the step clocks (every worker back at step 0) while keeping all rows and
+  /// optimizer state, so a new round of clients can start after serve() returned (the trainer
+  /// runs in segments between checkpoints). Call only while the server is not serving.
+  void reset_clock() {
+    for (auto& tab : tables_) {
+      std::lock_guard lock(tab->mutex);
+      std::fill(tab->received.begin(), tab->received.end(), 0);
+      std::fill(tab->applied.begin(), tab->applied.end(), 0);
+      tab->applied_steps = 0;
+      tab->pending.clear();
+      tab->parked.clear();
+    }
+  }
+
   /// Rows of table t held by this shard.
   [[nodiscard]] std::size_t rows(std::size_t t) const {
     map_.check_table(t, "ps::server::rows");

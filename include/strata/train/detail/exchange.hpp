@@ -29,8 +29,8 @@ void ordered_allreduce(T& t, std::span<float> data) {
   comm::detail::check_same_count(t, data.size(), "ordered allreduce");
   if (n == 1) return;
   const int rank = t.rank();
-  const auto mine = comm::detail::split(data.size(), static_cast<std::size_t>(n),
-                                        static_cast<std::size_t>(rank));
+  const auto mine =
+      comm::detail::split(data.size(), static_cast<std::size_t>(n), static_cast<std::size_t>(rank));
   // Send every other rank its segment of my values.
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank) continue;

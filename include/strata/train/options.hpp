@@ -1,0 +1,97 @@
+/// @file options.hpp
+/// Settings and results of a training run.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "strata/comm/thread_world.hpp"
+#include "strata/core/error.hpp"
+#include "strata/ps/partition.hpp"
+#include "strata/ps/server.hpp"
+
+namespace strata::train {
+
+/// Settings of a trainer (a value type; validated by `check()`).
+struct trainer_options {
+  int workers = 4;         ///< training ranks
+  int servers = 2;         ///< PS strategies: dedicated server ranks; 0 = co-located shards
+  int server_threads = 1;  ///< threads of each server's oneTBB arena
+  ps::partition_kind partition = ps::partition_kind::hash;
+  std::size_t batch = 256;  ///< samples per worker and step (global batch = batch · workers)
+  std::size_t epochs = 1;
+  std::size_t max_steps = 0;  ///< stop after this many steps (0 = epochs · steps per epoch)
+  std::uint64_t seed = 1;     ///< data order, embedding and dense initialisation
+  /// Sum worker contributions in rank order everywhere (dense allreduce included), so sync
+  /// training gives bitwise-identical parameters under every strategy for a given worker count.
+  bool deterministic = true;
+  std::size_t dense_row = 256;  ///< dense parameters are updated (and served) in rows of this many
+  std::size_t eval_every = 0;   ///< evaluate every this many steps (0 = at the end only)
+  std::size_t eval_max_samples = 0;          ///< cap on evaluated samples (0 = whole eval set)
+  std::filesystem::path checkpoint_dir{};    ///< empty = no checkpoints
+  std::size_t checkpoint_every = 0;          ///< steps between checkpoints (0 = only at the end)
+  bool resume = false;                       ///< start from the latest checkpoint in checkpoint_dir
+  double timeout_seconds = 300;              ///< transport timeout (a peer that stops answering)
+  comm::link_model link{};                   ///< emulated network between ranks
+  std::vector<double> send_delay_seconds{};  ///< per-rank straggler emulation
+  bool fp16_pulls = false;                   ///< PS pulls travel as fp16
+  float embedding_init_scale = 0.0f;         ///< uniform init half-width (0 = 1/sqrt(dim))
+  bool progress = true;                      ///< live progress line on stderr
+
+  void check() const {
+    STRATA_EXPECTS(workers >= 1, "trainer: workers must be ≥ 1, got ", workers);
+    STRATA_EXPECTS(servers >= 0, "trainer: servers must be ≥ 0 (0 = co-located), got ", servers);
+    STRATA_EXPECTS(server_threads >= 1, "trainer: server_threads must be ≥ 1, got ",
+                   server_threads);
+    STRATA_EXPECTS(batch >= 1, "trainer: batch must be ≥ 1");
+    STRATA_EXPECTS(epochs >= 1 || max_steps >= 1, "trainer: set epochs or max_steps");
+    STRATA_EXPECTS(dense_row >= 1, "trainer: dense_row must be ≥ 1");
+    STRATA_EXPECTS(timeout_seconds > 0, "trainer: timeout_seconds must be positive");
+    STRATA_EXPECTS(!resume || !checkpoint_dir.empty(),
+                   "trainer: resume needs a checkpoint directory (--checkpoint-dir)");
+  }
+};
+
+/// Evaluation on the held-out set after `step` steps.
+struct eval_point {
+  std::size_t step = 0;
+  double auc = 0, logloss = 0, accuracy = 0;
+  std::size_t samples = 0;
+};
+
+/// Phases of a worker's step, for the time split.
+enum phase : std::size_t {
+  data_phase,
+  pull_phase,
+  compute_phase,
+  allreduce_phase,
+  push_phase,
+  phase_count
+};
+inline constexpr std::array<const char*, phase_count> phase_names = {"data", "pull", "compute",
+                                                                     "allreduce", "push"};
+
+/// What a run did.
+struct train_report {
+  std::string strategy;
+  int workers = 0, servers = 0;
+  std::size_t first_step = 0;  ///< > 0 when resumed
+  std::size_t steps = 0;       ///< steps completed (global step count at the end)
+  std::size_t samples = 0;     ///< samples trained in this run
+  double seconds = 0, samples_per_second = 0;
+  double train_loss = 0;  ///< mean logloss of worker 0's batches in the last segment
+  double train_auc = 0;   ///< AUC of worker 0's batches in the last segment
+  std::vector<eval_point> evals;
+  std::array<double, phase_count> phase_seconds{};  ///< worker 0
+  std::uint64_t bytes_worker_to_worker = 0;         ///< allreduce / sparse exchange traffic
+  std::uint64_t bytes_worker_to_server = 0;         ///< PS requests (pulls, pushes)
+  std::uint64_t bytes_server_to_worker = 0;         ///< PS replies
+  std::vector<ps::shard_stats> server_stats;
+  std::uint64_t dense_checksum = 0;      ///< of the final dense parameters
+  std::uint64_t embedding_checksum = 0;  ///< of every (table, key, row), order-independent
+};
+
+}  // namespace strata::train

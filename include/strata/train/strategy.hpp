@@ -1,0 +1,113 @@
+/// @file strategy.hpp
+/// Communicator policies of the trainer — how a model's two parts travel — and the
+/// compile-time choice among them from the model's sizes.
+///
+/// | communicator                          | embeddings                   | dense parameters |
+/// |---------------------------------------|------------------------------|-------------------------|
+/// | `comm::ring_allreduce`                | local replica on each worker; row gradients exchanged
+/// among workers | ring allreduce | | `parameter_server<Consistency>`       | sharded on PS servers
+/// | on the PS servers too   | | `hybrid<Consistency, Allreduce>`      | sharded on PS servers |
+/// ring allreduce          |
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "strata/comm/collectives.hpp"
+#include "strata/ps/consistency.hpp"
+
+namespace strata::train {
+
+/// Embeddings and dense parameters on parameter servers (the classic PS for CTR models).
+template <class Consistency = ps::sync>
+struct parameter_server {
+  using consistency = Consistency;
+  static constexpr bool embeddings_on_ps = true;
+  static constexpr bool dense_on_ps = true;
+  static constexpr const char* name = "parameter_server";
+};
+
+/// Embeddings on parameter servers, dense parameters by allreduce among workers.
+template <class Consistency = ps::sync, class Allreduce = comm::ring_allreduce>
+struct hybrid {
+  using consistency = Consistency;
+  using allreduce = Allreduce;
+  static constexpr bool embeddings_on_ps = true;
+  static constexpr bool dense_on_ps = false;
+  static constexpr const char* name = "hybrid";
+};
+
+/// Facts about a communicator policy; specialised for each.
+template <class C>
+struct communicator_traits {
+  static constexpr bool known = false;
+};
+template <>
+struct communicator_traits<comm::ring_allreduce> {
+  static constexpr bool known = true;
+  static constexpr bool embeddings_on_ps = false;
+  static constexpr bool dense_on_ps = false;
+  static constexpr bool uses_ps = false;
+  static constexpr const char* name = "allreduce";
+  using consistency = ps::sync;  // allreduce training is always bulk-synchronous
+};
+template <class Consistency>
+struct communicator_traits<parameter_server<Consistency>> {
+  static constexpr bool known = true;
+  static constexpr bool embeddings_on_ps = true;
+  static constexpr bool dense_on_ps = true;
+  static constexpr bool uses_ps = true;
+  static constexpr const char* name = "ps";
+  using consistency = Consistency;
+};
+template <class Consistency, class Allreduce>
+struct communicator_traits<hybrid<Consistency, Allreduce>> {
+  static constexpr bool known = true;
+  static constexpr bool embeddings_on_ps = true;
+  static constexpr bool dense_on_ps = false;
+  static constexpr bool uses_ps = true;
+  static constexpr const char* name = "hybrid";
+  using consistency = Consistency;
+};
+
+/// A type the trainer accepts as its Communicator.
+template <class C>
+concept communicator = communicator_traits<C>::known;
+
+/// Thresholds of auto_strategy: embeddings "dominate" at ≥ 70% of parameter bytes; a DNN is
+/// "small" up to 64 MiB of parameters; embeddings are "small" below 30%.
+inline constexpr double ps_embedding_share = 0.70;
+inline constexpr double allreduce_embedding_share = 0.30;
+inline constexpr std::uint64_t small_dnn_bytes = std::uint64_t{64} << 20;
+
+/// The strategy rule as a function (for flags resolved at run time): "ps", "allreduce" or
+/// "hybrid". `auto_strategy` applies the same rule at compile time.
+constexpr const char* choose_strategy(std::uint64_t embedding_bytes, std::uint64_t dense_bytes) {
+  const double share = embedding_bytes + dense_bytes == 0
+                           ? 0.0
+                           : static_cast<double>(embedding_bytes) /
+                                 static_cast<double>(embedding_bytes + dense_bytes);
+  if (share >= ps_embedding_share && dense_bytes <= small_dnn_bytes) return "ps";
+  if (share < allreduce_embedding_share) return "allreduce";
+  return "hybrid";
+}
+
+/// Compile-time strategy from the model's sizes:
+/// PS when embeddings are ≥ 70% of parameters and the DNN is small (≤ 64 MiB), ring allreduce
+/// when embeddings are small (< 30%), hybrid otherwise.
+template <std::uint64_t embedding_bytes, std::uint64_t dense_bytes, class Consistency = ps::sync>
+struct auto_strategy {
+  static constexpr double embedding_share =
+      embedding_bytes + dense_bytes == 0 ? 0.0
+                                         : static_cast<double>(embedding_bytes) /
+                                               static_cast<double>(embedding_bytes + dense_bytes);
+  using type =
+      std::conditional_t<(embedding_share >= ps_embedding_share && dense_bytes <= small_dnn_bytes),
+                         parameter_server<Consistency>,
+                         std::conditional_t<(embedding_share < allreduce_embedding_share),
+                                            comm::ring_allreduce, hybrid<Consistency>>>;
+};
+template <std::uint64_t embedding_bytes, std::uint64_t dense_bytes, class Consistency = ps::sync>
+using auto_strategy_t = typename auto_strategy<embedding_bytes, dense_bytes, Consistency>::type;
+
+}  // namespace strata::train

@@ -1,0 +1,290 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "strata/compress/error_feedback.hpp"
+#include "strata/compress/fp16.hpp"
+#include "strata/compress/int8_block.hpp"
+#include "strata/embedding/local.hpp"
+#include "strata/embedding/sharded.hpp"
+#include "strata/models/dlrm.hpp"
+#include "strata/optim/adagrad.hpp"
+#include "strata/optim/sgd.hpp"
+#include "strata/train/trainer.hpp"
+
+using namespace strata;
+
+namespace {
+
+models::dlrm::config small_dlrm() {
+  models::dlrm::config c;
+  c.dense_features = 3;
+  c.sparse_features = 4;
+  c.embedding_dim = 4;
+  c.table_rows = {40, 50, 30, 60};
+  c.bottom_mlp = {8, 4};
+  c.top_mlp = {8, 1};
+  return c;
+}
+
+/// A small learnable CTR problem built in memory.
+data::ctr_dataset make_data(std::size_t n, std::uint64_t seed) {
+  data::ctr_dataset set(3, 4);
+  const std::array<std::uint64_t, 4> rows = {40, 50, 30, 60};
+  counter_rng rng{seed, 7};
+  for (std::size_t i = 0; i < n; ++i) {
+    std::array<float, 3> dense{};
+    std::array<std::uint64_t, 4> keys{};
+    double logit = -0.5;
+    for (std::size_t d = 0; d < 3; ++d) {
+      dense[d] = rng.uniform(i * 16 + d, -1.0f, 1.0f);
+      logit += 0.8 * dense[d] * (d == 1 ? -1 : 1);
+    }
+    for (std::size_t f = 0; f < 4; ++f) {
+      keys[f] = rng.below(i * 16 + 4 + f, rows[f]);
+      logit += (keys[f] % 3 == 0 ? 1.0 : -0.3);
+    }
+    const float label =
+        rng.uniform_double(i * 16 + 9) < 1.0 / (1.0 + std::exp(-logit)) ? 1.0f : 0.0f;
+    set.append(dense, keys, label);
+  }
+  return set;
+}
+
+train::trainer_options base_options(int workers, std::size_t batch) {
+  train::trainer_options o;
+  o.workers = workers;
+  o.servers = 2;
+  o.batch = batch;
+  o.max_steps = 12;
+  o.seed = 5;
+  o.dense_row = 16;
+  o.progress = false;
+  o.timeout_seconds = 30;
+  return o;
+}
+
+template <class Opt>
+using allreduce_trainer = train::trainer<models::dlrm, embedding::local<Opt>, comm::ring_allreduce>;
+template <class Opt>
+using hybrid_trainer =
+    train::trainer<models::dlrm, embedding::sharded<Opt>, train::hybrid<ps::sync>>;
+template <class Opt>
+using ps_trainer =
+    train::trainer<models::dlrm, embedding::sharded<Opt>, train::parameter_server<ps::sync>>;
+
+double max_relative(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(double(b[i])) + 1e-3));
+  return worst;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("sync strategies train bitwise-identical models", "[train][equivalence]",
+                   optim::sgd, optim::adagrad) {
+  const auto data = make_data(2000, 1);
+  TestType opt;
+  opt.lr = 0.05f;
+  for (int workers : {1, 2, 3}) {
+    INFO("workers " << workers);
+    auto options = base_options(workers, 24 / workers);
+    allreduce_trainer<TestType> a(small_dlrm(), opt, options);
+    const auto ra = a.fit(data);
+    hybrid_trainer<TestType> h(small_dlrm(), opt, options);
+    const auto rh = h.fit(data);
+    options.servers = 0;  // co-located shards
+    ps_trainer<TestType> p(small_dlrm(), opt, options);
+    const auto rp = p.fit(data);
+    REQUIRE(ra.steps == 12);
+    CHECK(ra.dense_checksum == rh.dense_checksum);
+    CHECK(ra.dense_checksum == rp.dense_checksum);
+    CHECK(ra.embedding_checksum == rh.embedding_checksum);
+    CHECK(ra.embedding_checksum == rp.embedding_checksum);
+    CHECK(a.dense_parameters() == p.dense_parameters());
+  }
+}
+
+TEST_CASE("N workers reproduce single-worker training on the global batch",
+          "[train][equivalence]") {
+  const auto data = make_data(2000, 2);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  allreduce_trainer<optim::adagrad> single(small_dlrm(), opt, base_options(1, 24));
+  single.fit(data);
+  for (int workers : {2, 4}) {
+    hybrid_trainer<optim::adagrad> many(small_dlrm(), opt, base_options(workers, 24 / workers));
+    many.fit(data);
+    CHECK(max_relative(many.dense_parameters(), single.dense_parameters()) < 1e-5);
+  }
+}
+
+namespace {
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata-test-" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("resuming from a checkpoint equals never stopping, bitwise", "[train][checkpoint]") {
+  const auto data = make_data(2000, 3);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  using compressed =
+      train::trainer<models::dlrm, embedding::sharded<optim::adagrad>, train::hybrid<ps::sync>,
+                     compress::error_feedback<compress::int8_block<256>>>;
+  auto options = base_options(2, 12);
+  options.checkpoint_dir = fresh_dir("resume-a");
+  options.checkpoint_every = 5;
+  compressed straight(small_dlrm(), opt, options);
+  const auto full = straight.fit(data);
+  REQUIRE(full.steps == 12);
+
+  options.checkpoint_dir = fresh_dir("resume-b");
+  options.max_steps = 5;
+  compressed first(small_dlrm(), opt, options);
+  first.fit(data);
+  options.max_steps = 12;
+  options.resume = true;
+  compressed second(small_dlrm(), opt, options);
+  const auto resumed = second.fit(data);
+  CHECK(resumed.first_step == 5);
+  CHECK(resumed.steps == 12);
+  CHECK(resumed.dense_checksum == full.dense_checksum);
+  CHECK(resumed.embedding_checksum == full.embedding_checksum);
+}
+
+TEST_CASE("a checkpoint written under one strategy and world size loads under another",
+          "[train][checkpoint]") {
+  const auto data = make_data(2000, 4);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  auto options = base_options(2, 12);
+  options.checkpoint_dir = fresh_dir("cross");
+  allreduce_trainer<optim::adagrad> writer(small_dlrm(), opt, options);
+  const auto written = writer.fit(data);
+
+  // Load into a parameter server run with 3 workers and 2 dedicated servers: the state after
+  // loading (no further steps) is the same model.
+  auto ps_options = base_options(3, 8);
+  ps_options.checkpoint_dir = options.checkpoint_dir;
+  ps_options.resume = true;
+  ps_trainer<optim::adagrad> reader(small_dlrm(), opt, ps_options);
+  const auto loaded = reader.fit(data);
+  CHECK(loaded.first_step == 12);
+  CHECK(loaded.dense_checksum == written.dense_checksum);
+  CHECK(loaded.embedding_checksum == written.embedding_checksum);
+
+  // ... and both continue training identically from there (same W for the comparison).
+  auto more = base_options(2, 12);
+  more.checkpoint_dir = options.checkpoint_dir;
+  more.resume = true;
+  more.max_steps = 20;
+  allreduce_trainer<optim::adagrad> a(small_dlrm(), opt, more);
+  hybrid_trainer<optim::adagrad> h(small_dlrm(), opt, more);
+  const auto ra = a.fit(data);
+  const auto rh = h.fit(data);
+  CHECK(ra.dense_checksum == rh.dense_checksum);
+  CHECK(ra.embedding_checksum == rh.embedding_checksum);
+}
+
+TEST_CASE("corrupted or truncated checkpoints are refused, the previous one stays",
+          "[train][checkpoint]") {
+  const auto data = make_data(2000, 5);
+  optim::sgd opt;
+  opt.lr = 0.05f;
+  auto options = base_options(1, 16);
+  options.checkpoint_dir = fresh_dir("corrupt");
+  options.checkpoint_every = 4;
+  options.max_steps = 8;
+  allreduce_trainer<optim::sgd> t(small_dlrm(), opt, options);
+  t.fit(data);
+  const auto dir = options.checkpoint_dir;
+  REQUIRE(std::filesystem::exists(dir / "step-4" / "state.ckpt"));
+  REQUIRE(std::filesystem::exists(dir / "step-8" / "embeddings.ckpt"));
+
+  const auto damage = [](const std::filesystem::path& file, bool truncate) {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    if (truncate) {
+      std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+    } else {
+      f.seekp(40);
+      f.put('\x7f');
+    }
+  };
+  auto resume = options;
+  resume.resume = true;
+  resume.max_steps = 10;
+  damage(dir / "step-8" / "embeddings.ckpt", false);
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, resume).fit(data),
+                      Catch::Contains("checksum mismatch") && Catch::Contains("step-8"));
+  damage(dir / "step-8" / "state.ckpt", true);
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, resume).fit(data),
+                      Catch::Contains("truncated"));
+  // The previous checkpoint is intact and loads.
+  resume.checkpoint_dir = dir / "step-4";
+  allreduce_trainer<optim::sgd> from_previous(small_dlrm(), opt, resume);
+  CHECK(from_previous.fit(data).first_step == 4);
+
+  // A checkpoint of another model configuration is refused with a reason.
+  auto other = small_dlrm();
+  other.top_mlp = {16, 1};
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(other, opt, resume).fit(data),
+                      Catch::Contains("dense parameters"));
+}
+
+TEST_CASE("async and bounded PS training still learn", "[train][consistency]") {
+  const auto data = make_data(4000, 6);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  auto options = base_options(3, 16);
+  options.max_steps = 0;
+  options.epochs = 3;
+  const auto eval = make_data(1000, 60);
+  using async_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad>,
+                                 train::parameter_server<ps::async>>;
+  using bounded_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad>,
+                                   train::hybrid<ps::bounded<2>>, compress::fp16>;
+  const auto ra = async_t(small_dlrm(), opt, options).fit(data, &eval);
+  const auto rb = bounded_t(small_dlrm(), opt, options).fit(data, &eval);
+  const auto rs = hybrid_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data, &eval);
+  REQUIRE(!ra.evals.empty());
+  CHECK(rs.evals.back().auc > 0.7);
+  CHECK(ra.evals.back().auc > rs.evals.back().auc - 0.03);
+  CHECK(rb.evals.back().auc > rs.evals.back().auc - 0.03);
+  for (const auto& s : rb.server_stats)
+    CHECK(s.max_staleness <= 2);
+}
+
+TEST_CASE("auto_strategy picks each branch from the model's sizes", "[train][strategy]") {
+  using namespace train;
+  STATIC_REQUIRE(std::is_same_v<auto_strategy_t<900u << 20, 2u << 20>, parameter_server<ps::sync>>);
+  STATIC_REQUIRE(std::is_same_v<auto_strategy_t<1u << 20, 200u << 20>, comm::ring_allreduce>);
+  STATIC_REQUIRE(std::is_same_v<auto_strategy_t<500u << 20, 500u << 20>, hybrid<ps::sync>>);
+  // Large embeddings but a large DNN too: hybrid.
+  STATIC_REQUIRE(std::is_same_v<auto_strategy_t<4000u << 20, 400u << 20>, hybrid<ps::sync>>);
+  CHECK(std::string(choose_strategy(900u << 20, 2u << 20)) == "ps");
+}
+
+TEST_CASE("bad trainer settings and data are reported", "[train]") {
+  optim::sgd opt;
+  auto options = base_options(0, 8);
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, options),
+                      Catch::Contains("workers must be"));
+  options = base_options(2, 8);
+  const auto small = make_data(10, 1);
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, options).fit(small),
+                      Catch::Contains("fewer than one global batch"));
+  data::ctr_dataset wrong(5, 4);
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, options).fit(wrong),
+                      Catch::Contains("fewer than one global batch") || Catch::Contains("columns"));
+  options.resume = true;
+  options.checkpoint_dir = fresh_dir("nothing-here");
+  REQUIRE_THROWS_WITH(
+      allreduce_trainer<optim::sgd>(small_dlrm(), opt, options).fit(make_data(100, 1)),
+      Catch::Contains("no checkpoint to resume from"));
+}
