@@ -1,0 +1,352 @@
+// ctr_train: train a CTR model (DLRM or Wide & Deep) on Criteo-format data with the
+// distribution strategy, consistency and gradient compression chosen by flags. Each flag
+// combination is a different compile-time composition of strata::train::trainer; this program
+// instantiates the combinations it offers and dispatches on the flags.
+//
+//   ctr_train                                   # synthetic data, 4 workers + 2 servers, hybrid,
+//   int8+EF ctr_train --data train.tsv --eval-data eval.tsv --strategy ps --consistency async
+//   ctr_train --synthetic 200000 --checkpoint-dir ckpt --checkpoint-every 200
+//   ctr_train --synthetic 200000 --checkpoint-dir ckpt --resume
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "strata/compress/error_feedback.hpp"
+#include "strata/compress/fp16.hpp"
+#include "strata/compress/identity.hpp"
+#include "strata/compress/int8_block.hpp"
+#include "strata/data/criteo.hpp"
+#include "strata/data/synthetic.hpp"
+#include "strata/embedding/local.hpp"
+#include "strata/embedding/sharded.hpp"
+#include "strata/models/dlrm.hpp"
+#include "strata/models/wide_deep.hpp"
+#include "strata/optim/adagrad.hpp"
+#include "strata/optim/ftrl.hpp"
+#include "strata/train/trainer.hpp"
+
+namespace {
+
+using namespace strata;
+
+struct flags {
+  std::string model = "dlrm";
+  std::string strategy = "hybrid";
+  std::string consistency = "sync";
+  std::string compressor = "int8";
+  std::string data, eval_data;
+  std::size_t synthetic = 200'000;
+  std::size_t eval_samples = 20'000;
+  std::uint64_t table_rows = 100'000;
+  std::size_t dim = 16;
+  float lr = 0.05f;
+  bool skip_bad_lines = false;
+  bool tiny = false;
+  train::trainer_options options;
+};
+
+[[noreturn]] void usage(int code) {
+  std::printf(
+      "usage: ctr_train [flags]\n"
+      "  --model dlrm|wide_deep        model (dlrm: Criteo Kaggle DLRM, adagrad; wide_deep: FTRL)\n"
+      "  --strategy auto|allreduce|ps|hybrid   how embeddings and dense parameters travel\n"
+      "  --consistency sync|async|bounded      PS update consistency (bounded = bounded<2>)\n"
+      "  --compressor none|fp16|int8   dense gradients / PS pushes on the wire (int8: with error "
+      "feedback)\n"
+      "  --workers N --servers S (0 = co-located) --server-threads T\n"
+      "  --batch B (per worker) --lr LR --epochs E --max-steps N --seed S\n"
+      "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
+      "  --eval-samples N (held-out synthetic rows) --eval-every STEPS\n"
+      "  --table-rows R (hash buckets per feature) --dim D\n"
+      "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
+      "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
+      "  --tiny                          small MLPs (quick runs)\n"
+      "  --no-progress\n");
+  std::exit(code);
+}
+
+flags parse(int argc, char** argv) {
+  flags f;
+  f.options.batch = 256;
+  f.options.epochs = 1;
+  f.options.workers = 4;
+  f.options.servers = 2;
+  f.options.eval_every = 0;
+  double link_gbps = 0, link_latency_us = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
+      return argv[++i];
+    };
+    const auto number = [&]() {
+      const std::string v = value();
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0')
+        fail(errc::invalid_argument, cat("flag ", a, " needs a number, got '", v, "'"));
+      return x;
+    };
+    const auto count = [&]() {
+      const double x = number();
+      if (x < 0 || x != static_cast<double>(static_cast<std::uint64_t>(x)))
+        fail(errc::invalid_argument, cat("flag ", a, " needs a non-negative integer"));
+      return static_cast<std::uint64_t>(x);
+    };
+    if (a == "--help" || a == "-h")
+      usage(0);
+    else if (a == "--model")
+      f.model = value();
+    else if (a == "--strategy")
+      f.strategy = value();
+    else if (a == "--consistency")
+      f.consistency = value();
+    else if (a == "--compressor")
+      f.compressor = value();
+    else if (a == "--workers")
+      f.options.workers = static_cast<int>(count());
+    else if (a == "--servers")
+      f.options.servers = static_cast<int>(count());
+    else if (a == "--server-threads")
+      f.options.server_threads = static_cast<int>(count());
+    else if (a == "--batch")
+      f.options.batch = count();
+    else if (a == "--lr")
+      f.lr = static_cast<float>(number());
+    else if (a == "--epochs")
+      f.options.epochs = count();
+    else if (a == "--max-steps")
+      f.options.max_steps = count();
+    else if (a == "--seed")
+      f.options.seed = count();
+    else if (a == "--data")
+      f.data = value();
+    else if (a == "--eval-data")
+      f.eval_data = value();
+    else if (a == "--skip-bad-lines")
+      f.skip_bad_lines = true;
+    else if (a == "--synthetic")
+      f.synthetic = count();
+    else if (a == "--eval-samples")
+      f.eval_samples = count();
+    else if (a == "--eval-every")
+      f.options.eval_every = count();
+    else if (a == "--table-rows")
+      f.table_rows = count();
+    else if (a == "--dim")
+      f.dim = count();
+    else if (a == "--checkpoint-dir")
+      f.options.checkpoint_dir = value();
+    else if (a == "--checkpoint-every")
+      f.options.checkpoint_every = count();
+    else if (a == "--resume")
+      f.options.resume = true;
+    else if (a == "--link-gbps")
+      link_gbps = number();
+    else if (a == "--link-latency-us")
+      link_latency_us = number();
+    else if (a == "--tiny")
+      f.tiny = true;
+    else if (a == "--no-progress")
+      f.options.progress = false;
+    else
+      fail(errc::invalid_argument, cat("unknown flag '", a, "'; see --help"));
+  }
+  f.options.link.bandwidth_bytes_per_second = link_gbps * 1e9 / 8;
+  f.options.link.latency_seconds = link_latency_us * 1e-6;
+  STRATA_EXPECTS(f.table_rows >= 1, "--table-rows must be at least 1");
+  STRATA_EXPECTS(f.dim >= 1, "--dim must be at least 1");
+  return f;
+}
+
+/// Loads or generates the data; returns (train, eval, teacher AUC or -1).
+struct datasets {
+  data::ctr_dataset train, eval;
+  double teacher_auc = -1;
+};
+
+datasets load_data(const flags& f) {
+  datasets d;
+  data::criteo_options reader;
+  reader.table_rows = {f.table_rows};
+  reader.skip_bad_lines = f.skip_bad_lines;
+  reader.hash_seed = f.options.seed;
+  if (!f.data.empty()) {
+    data::criteo_summary summary;
+    d.train = data::load_criteo(f.data, reader, &summary);
+    log_line(cat("train data: ", summary.to_string()));
+    if (!f.eval_data.empty()) {
+      d.eval = data::load_criteo(f.eval_data, reader, &summary);
+      log_line(cat("eval data: ", summary.to_string()));
+    }
+    return d;
+  }
+  // Synthetic Criteo-format files with a hidden teacher: written as real TSV and read back
+  // through the same reader a Criteo file goes through.
+  const auto dir = std::filesystem::temp_directory_path() / "strata-ctr-train";
+  std::filesystem::create_directories(dir);
+  data::synthetic_criteo gen;
+  gen.rows = f.synthetic + f.eval_samples;
+  gen.seed = f.options.seed;
+  gen.distinct_ids = {std::max<std::uint64_t>(f.table_rows / 4, 1)};
+  const auto path = dir / cat("synthetic-", gen.rows, "-", gen.seed, ".tsv");
+  const auto report = data::write_synthetic_criteo(path, gen);
+  d.teacher_auc = report.teacher_auc;
+  log_line(cat("synthetic data: ", report.rows, " rows, CTR ", report.positive_rate,
+               ", teacher AUC ", report.teacher_auc, " (", path.string(), ")"));
+  auto all = data::load_criteo(path, reader);
+  std::filesystem::remove(path);
+  // The last eval_samples rows are held out.
+  std::vector<std::size_t> train_idx(f.synthetic), eval_idx(all.size() - f.synthetic);
+  std::iota(train_idx.begin(), train_idx.end(), std::size_t{0});
+  std::iota(eval_idx.begin(), eval_idx.end(), f.synthetic);
+  d.train.append(all.gather(train_idx));
+  d.eval.append(all.gather(eval_idx));
+  return d;
+}
+
+template <class Trainer>
+void run(const flags& f, const typename Trainer::model_type::config& model_config,
+         typename Trainer::optimizer_type optimizer, const datasets& d) {
+  Trainer trainer(model_config, optimizer, f.options);
+  const auto r = trainer.fit(d.train, d.eval.size() > 0 ? &d.eval : nullptr);
+  std::printf("\n%-28s %s\n", "strategy", r.strategy.c_str());
+  std::printf("%-28s %d workers, %d servers\n", "ranks", r.workers, r.servers);
+  std::printf("%-28s %zu (%zu samples, %.1f s, %.0f samples/s)\n", "steps", r.steps, r.samples,
+              r.seconds, r.samples_per_second);
+  std::printf("%-28s auc %.4f  logloss %.4f\n", "train (last segment, w0)", r.train_auc,
+              r.train_loss);
+  if (!r.evals.empty()) {
+    const auto& e = r.evals.back();
+    std::printf("%-28s auc %.4f  logloss %.4f  accuracy %.4f  (%zu samples)\n", "eval", e.auc,
+                e.logloss, e.accuracy, e.samples);
+  }
+  if (d.teacher_auc >= 0) std::printf("%-28s auc %.4f\n", "teacher (ceiling)", d.teacher_auc);
+  double total = 0;
+  for (double s : r.phase_seconds)
+    total += s;
+  std::printf("%-28s", "time split (worker 0)");
+  for (std::size_t p = 0; p < train::phase_count; ++p)
+    std::printf(" %s %.1f%%", train::phase_names[p],
+                total > 0 ? 100.0 * r.phase_seconds[p] / total : 0.0);
+  std::printf("\n%-28s %.1f MiB\n", "bytes worker->worker", r.bytes_worker_to_worker / 1048576.0);
+  std::printf("%-28s %.1f MiB\n", "bytes worker->server", r.bytes_worker_to_server / 1048576.0);
+  std::printf("%-28s %.1f MiB\n", "bytes server->worker", r.bytes_server_to_worker / 1048576.0);
+  for (std::size_t s = 0; s < r.server_stats.size(); ++s)
+    std::printf("%-28s keys pulled %llu, pushed %llu, rows %llu\n", cat("server ", s).c_str(),
+                static_cast<unsigned long long>(r.server_stats[s].keys_pulled),
+                static_cast<unsigned long long>(r.server_stats[s].keys_pushed),
+                static_cast<unsigned long long>(r.server_stats[s].rows));
+  std::printf("%-28s %016llx / %016llx\n", "checksum dense / embeddings",
+              static_cast<unsigned long long>(r.dense_checksum),
+              static_cast<unsigned long long>(r.embedding_checksum));
+}
+
+template <class Model, class Storage, class Communicator>
+void with_compressor(const flags& f, const typename Model::config& config,
+                     typename Storage::optimizer_type optimizer, const datasets& d) {
+  if (f.compressor == "none")
+    return run<train::trainer<Model, Storage, Communicator, compress::identity>>(f, config,
+                                                                                 optimizer, d);
+  if (f.compressor == "fp16")
+    return run<train::trainer<Model, Storage, Communicator, compress::fp16>>(f, config, optimizer,
+                                                                             d);
+  if (f.compressor == "int8")
+    return run<train::trainer<Model, Storage, Communicator,
+                              compress::error_feedback<compress::int8_block<256>>>>(f, config,
+                                                                                    optimizer, d);
+  fail(errc::invalid_argument,
+       cat("--compressor must be none, fp16 or int8, got '", f.compressor, "'"));
+}
+
+template <class C>
+using ps_strategy = train::parameter_server<C>;
+template <class C>
+using hybrid_strategy = train::hybrid<C>;
+
+template <class Model, class Optimizer, template <class> class Strategy>
+void with_consistency(const flags& f, const typename Model::config& config, Optimizer optimizer,
+                      const datasets& d) {
+  using storage = embedding::sharded<Optimizer>;
+  if (f.consistency == "sync")
+    return with_compressor<Model, storage, Strategy<ps::sync>>(f, config, optimizer, d);
+  if (f.consistency == "async")
+    return with_compressor<Model, storage, Strategy<ps::async>>(f, config, optimizer, d);
+  if (f.consistency == "bounded")
+    return with_compressor<Model, storage, Strategy<ps::bounded<2>>>(f, config, optimizer, d);
+  fail(errc::invalid_argument,
+       cat("--consistency must be sync, async or bounded, got '", f.consistency, "'"));
+}
+
+/// Dispatches the flags to one compile-time composition of the trainer.
+template <class Model, class Optimizer>
+void dispatch(const flags& f, const typename Model::config& config, Optimizer optimizer,
+              const datasets& d) {
+  std::string strategy = f.strategy;
+  if (strategy == "auto") {
+    Model probe(config);
+    std::uint64_t embedding_bytes = 0;
+    for (const auto& t : probe.tables())
+      embedding_bytes += t.rows * t.dim * sizeof(float);
+    const std::uint64_t dense_bytes = probe.parameters().size() * sizeof(float);
+    strategy = train::choose_strategy(embedding_bytes, dense_bytes);
+    log_line(cat("--strategy auto: embeddings ", embedding_bytes >> 20, " MiB, dense ",
+                 dense_bytes >> 10, " KiB -> ", strategy));
+  }
+  if (strategy == "allreduce") {
+    if (f.consistency != "sync")
+      fail(errc::invalid_argument,
+           "--strategy allreduce is always synchronous; use --consistency sync");
+    return with_compressor<Model, embedding::local<Optimizer>, comm::ring_allreduce>(f, config,
+                                                                                     optimizer, d);
+  }
+  if (strategy == "ps")
+    return with_consistency<Model, Optimizer, ps_strategy>(f, config, optimizer, d);
+  if (strategy == "hybrid")
+    return with_consistency<Model, Optimizer, hybrid_strategy>(f, config, optimizer, d);
+  fail(errc::invalid_argument,
+       cat("--strategy must be auto, allreduce, ps or hybrid, got '", strategy, "'"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const flags f = parse(argc, argv);
+    const datasets d = load_data(f);
+    STRATA_EXPECTS(d.train.size() > 0, "no training data");
+    if (f.model == "dlrm") {
+      models::dlrm::config c;
+      c.embedding_dim = f.dim;
+      c.table_rows = {f.table_rows};
+      c.bottom_mlp.back() = f.dim;
+      if (f.tiny) {
+        c.bottom_mlp = {64, f.dim};
+        c.top_mlp = {64, 1};
+      }
+      optim::adagrad opt;
+      opt.lr = f.lr;
+      dispatch<models::dlrm>(f, c, opt, d);
+    } else if (f.model == "wide_deep") {
+      models::wide_deep::config c;
+      c.deep_dim = f.dim;
+      c.table_rows = {f.table_rows};
+      if (f.tiny) c.deep_mlp = {64, 1};
+      optim::ftrl opt;
+      opt.alpha = f.lr;
+      dispatch<models::wide_deep>(f, c, opt, d);
+    } else {
+      fail(errc::invalid_argument, cat("--model must be dlrm or wide_deep, got '", f.model, "'"));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ctr_train: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,12 @@
+// Catch2 runner for tests under mpiexec: MPI (MPI_THREAD_MULTIPLE) lives for the whole run.
+// Every rank runs every test case in declaration order (no --order rand: the test cases are
+// collective, so all ranks must enter them in the same order).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "strata/mpi/environment.hpp"
+
+int main(int argc, char** argv) {
+  strata::mpi::environment env(argc, argv);
+  return Catch::Session().run(argc, argv);
+}
