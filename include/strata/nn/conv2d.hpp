@@ -1,0 +1,261 @@
+/// @file conv2d.hpp
+/// 2-D convolution on NHWC batches by im2col + Eigen GEMM, with explicit backward.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include <tbb/enumerable_thread_specific.h>
+
+#include "strata/core/buffer.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/matrix.hpp"
+#include "strata/nn/common.hpp"
+#include "strata/nn/feature_map.hpp"
+#include "strata/nn/parameters.hpp"
+
+namespace strata::nn {
+
+/// Geometry of a convolution (or pooling) window: square `kernel`, `stride`, zero `padding`
+/// on every side. Output size per axis: (in + 2·padding − kernel) / stride + 1.
+struct window {
+  std::size_t kernel = 3;
+  std::size_t stride = 1;
+  std::size_t padding = 1;
+
+  /// Output extent of an input extent `in`; throws when the window does not fit.
+  [[nodiscard]] std::size_t output(std::string_view where, std::size_t in) const {
+    STRATA_EXPECTS(kernel > 0 && stride > 0, where, ": kernel and stride must be positive, got ",
+                   kernel, " and ", stride);
+    STRATA_EXPECTS(padding < kernel, where, ": padding ", padding, " must be smaller than kernel ",
+                   kernel);
+    STRATA_EXPECTS(in + 2 * padding >= kernel, where, ": a ", kernel, "-wide window with padding ",
+                   padding, " does not fit an input of extent ", in);
+    return (in + 2 * padding - kernel) / stride + 1;
+  }
+};
+
+/// 2-D convolution (cross-correlation, as in every DL framework) of NHWC batches:
+/// ```
+/// y[n, oh, ow, o] = b[o] + Σ_{kh, kw, c} W[o, kh, kw, c] · x[n, oh·s + kh − p, ow·s + kw − p, c]
+/// ```
+/// (x is 0 outside the map). W is Cout × (k·k·Cin) row-major — PyTorch's OIHW weight permuted
+/// to OHWI — registered as "<name>.weight" (fan_in_uniform: U(±1/sqrt(k·k·Cin)), PyTorch's
+/// default conv init); the optional bias is "<name>.bias".
+///
+/// Engine: im2col + GEMM. For each fixed chunk of samples (≈1024 output pixels) the patches
+/// are copied into a (pixels × k·k·Cin) matrix — in NHWC each patch row is k contiguous runs
+/// of k·Cin (stride 1) or Cin values, so im2col is a few memcpy per pixel — and one Eigen
+/// GEMM `Y = col · Wᵀ` writes the NHWC output directly (no transpose). Backward recomputes
+/// the chunk's col (cheaper than keeping the whole batch's: 9× the input), then
+/// `dW_chunk = dYᵀ · col` and `dcol = dY · W`, scattered back by col2im.
+///
+/// Cost: forward 2·N·Ho·Wo·Cout·k²·Cin flops; backward twice that (half without dx). Chunks
+/// run in parallel on oneTBB; the split depends on the shape only and the per-chunk dW
+/// partials are summed in chunk order, so results are bitwise identical whatever the thread
+/// count. Holds per-thread im2col scratch: one layer object must not run two calls at once.
+class conv2d {
+ public:
+  conv2d() = default;
+  /// Registers the layer's blocks in `params`: `in` maps → `out_channels` maps through a
+  /// `w.kernel`² window.
+  conv2d(parameter_set& params, map_shape in, std::size_t out_channels, window w, bool bias,
+         const std::string& name)
+      : in_(in), window_(w), bias_(bias) {
+    STRATA_EXPECTS(in.height > 0 && in.width > 0 && in.channels > 0 && out_channels > 0, "conv2d '",
+                   name, "': sizes must be positive, got ", in.height, "x", in.width, "x",
+                   in.channels, " -> ", out_channels, " channels");
+    out_ = {w.output("conv2d '" + name + "'", in.height),
+            w.output("conv2d '" + name + "'", in.width), out_channels};
+    const std::size_t fan_in = patch();
+    weight_offset_ = params.add(name + ".weight", out_channels * fan_in,
+                                init_scheme::fan_in_uniform, fan_in, out_channels);
+    if (bias_)
+      bias_offset_ = params.add(name + ".bias", out_channels, init_scheme::fan_in_uniform, fan_in,
+                                out_channels);
+  }
+
+  [[nodiscard]] const map_shape& input_shape() const noexcept { return in_; }
+  [[nodiscard]] const map_shape& output_shape() const noexcept { return out_; }
+  [[nodiscard]] const window& geometry() const noexcept { return window_; }
+  /// Values per patch: k·k·Cin (the GEMM's inner dimension).
+  [[nodiscard]] std::size_t patch() const noexcept {
+    return window_.kernel * window_.kernel * in_.channels;
+  }
+  [[nodiscard]] bool has_bias() const noexcept { return bias_; }
+  /// W as a Cout × (k·k·Cin) view into a flat buffer (values or gradients).
+  template <class T>
+  [[nodiscard]] matrix_view<T> weight(std::span<T> flat) const {
+    check_flat(flat.size());
+    return {flat.data() + weight_offset_, out_.channels, patch()};
+  }
+  /// b (Cout values) in a flat buffer; empty without bias.
+  template <class T>
+  [[nodiscard]] std::span<T> bias(std::span<T> flat) const {
+    check_flat(flat.size());
+    return bias_ ? flat.subspan(bias_offset_, out_.channels) : std::span<T>{};
+  }
+
+  /// y ← conv(x) (+ b). x: (N·H·W) × Cin, y: (N·Ho·Wo) × Cout, both contiguous NHWC.
+  void forward(std::span<const float> params, matrix_view<const float> x,
+               matrix_view<float> y) const {
+    const std::size_t batch = detail::batch_of("conv2d::forward", "x", x, in_);
+    detail::expect_maps("conv2d::forward", "y", y, out_, batch);
+    const auto w = detail::as_eigen(weight(params));
+    const auto b = detail::as_vector(bias(params));
+    detail::for_sample_chunks(
+        batch, out_.pixels(), [&](std::size_t, std::size_t first, std::size_t count) {
+          const std::size_t rows = count * out_.pixels();
+          auto col = im2col(x, first, count);
+          auto ye = detail::as_eigen(y.rows_slice(first * out_.pixels(), rows));
+          ye.noalias() = col * w.transpose();
+          if (bias_) ye.rowwise() += b.transpose();
+        });
+  }
+
+  /// Overwrites this layer's dW (and db) in `grads` from dy = dL/dy, and writes
+  /// dx = dL/dx unless `dx` is null (the network's first layer).
+  void backward(std::span<const float> params, matrix_view<const float> x,
+                matrix_view<const float> dy, std::span<float> grads, matrix_view<float>* dx) const {
+    const std::size_t batch = detail::batch_of("conv2d::backward", "x", x, in_);
+    detail::expect_maps("conv2d::backward", "dy", dy, out_, batch);
+    if (dx != nullptr) detail::expect_maps("conv2d::backward", "dx", *dx, in_, batch);
+    const auto w = detail::as_eigen(weight(params));
+    auto dw = detail::as_eigen(weight(grads));
+    auto db = detail::as_vector(bias(grads));
+    const std::size_t chunks = detail::sample_chunks(batch, out_.pixels());
+    const std::size_t per_chunk = out_.channels * (patch() + (bias_ ? 1 : 0));
+    if (partials_.size() < chunks * per_chunk)
+      partials_ = aligned_buffer<float>(chunks * per_chunk);
+    detail::for_sample_chunks(
+        batch, out_.pixels(), [&](std::size_t c, std::size_t first, std::size_t count) {
+          const std::size_t rows = count * out_.pixels();
+          const auto dye = detail::as_eigen(dy.rows_slice(first * out_.pixels(), rows));
+          float* part = partials_.data() + c * per_chunk;
+          Eigen::Map<detail::row_major_matrix<float>> pw(
+              part, static_cast<Eigen::Index>(out_.channels), static_cast<Eigen::Index>(patch()));
+          {
+            const auto col = im2col(x, first, count);
+            pw.noalias() = dye.transpose() * col;
+          }
+          if (bias_)
+            Eigen::Map<Eigen::VectorXf>(part + out_.channels * patch(),
+                                        static_cast<Eigen::Index>(out_.channels))
+                .noalias() = dye.colwise().sum().transpose();
+          if (dx != nullptr) {
+            auto dcol = scratch_view(dcol_, rows);
+            dcol.noalias() = dye * w;
+            col2im(dcol, *dx, first, count);
+          }
+        });
+    // dW = Σ_chunks partial, in chunk order (deterministic).
+    Eigen::Map<const Eigen::VectorXf> first_part(partials_.data(),
+                                                 static_cast<Eigen::Index>(per_chunk));
+    Eigen::VectorXf total = first_part;
+    for (std::size_t c = 1; c < chunks; ++c)
+      total += Eigen::Map<const Eigen::VectorXf>(partials_.data() + c * per_chunk,
+                                                 static_cast<Eigen::Index>(per_chunk));
+    if (chunks == 0) total.setZero();
+    dw = Eigen::Map<const detail::row_major_matrix<float>>(
+        total.data(), static_cast<Eigen::Index>(out_.channels), static_cast<Eigen::Index>(patch()));
+    if (bias_) db = total.tail(static_cast<Eigen::Index>(out_.channels));
+  }
+
+ private:
+  using eigen_rows = Eigen::Map<detail::row_major_matrix<float>, Eigen::Aligned64>;
+
+  /// This thread's rows × patch() scratch matrix (grown on demand).
+  eigen_rows scratch_view(tbb::enumerable_thread_specific<aligned_buffer<float>>& store,
+                          std::size_t rows) const {
+    auto& buffer = store.local();
+    if (buffer.size() < rows * patch()) buffer = aligned_buffer<float>(rows * patch());
+    return {buffer.data(), static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(patch())};
+  }
+
+  /// Patches of samples [first, first + count) as a (count·Ho·Wo) × patch() matrix in this
+  /// thread's scratch; columns ordered (kh, kw, c).
+  eigen_rows im2col(matrix_view<const float> x, std::size_t first, std::size_t count) const {
+    const std::size_t rows = count * out_.pixels();
+    auto col = scratch_view(col_, rows);
+    const std::size_t k = window_.kernel, s = window_.stride, p = window_.padding;
+    const std::size_t C = in_.channels, H = in_.height, W = in_.width, K = patch();
+    float* out = col.data();
+    for (std::size_t n = 0; n < count; ++n) {
+      const float* xs = x.data() + (first + n) * in_.size();
+      for (std::size_t oh = 0; oh < out_.height; ++oh)
+        for (std::size_t ow = 0; ow < out_.width; ++ow, out += K) {
+          // Valid kernel columns: 0 <= ow·s + kw − p < W.
+          const std::size_t base_w = ow * s;
+          const std::size_t kw0 = base_w >= p ? 0 : p - base_w;
+          const std::size_t kw1 = std::min(k, W + p - base_w);
+          for (std::size_t kh = 0; kh < k; ++kh) {
+            float* dst = out + kh * k * C;
+            const std::size_t ih_p = oh * s + kh;  // ih + p
+            if (ih_p < p || ih_p - p >= H || kw0 >= kw1) {
+              std::fill(dst, dst + k * C, 0.0f);
+              continue;
+            }
+            const float* src = xs + ((ih_p - p) * W + (base_w + kw0 - p)) * C;
+            std::fill(dst, dst + kw0 * C, 0.0f);
+            std::memcpy(dst + kw0 * C, src, (kw1 - kw0) * C * sizeof(float));
+            std::fill(dst + kw1 * C, dst + k * C, 0.0f);
+          }
+        }
+    }
+    return col;
+  }
+
+  /// Adds the patch gradients `dcol` of samples [first, first + count) into dx (overwritten
+  /// first for those samples).
+  void col2im(const eigen_rows& dcol, matrix_view<float> dx, std::size_t first,
+              std::size_t count) const {
+    const std::size_t k = window_.kernel, s = window_.stride, p = window_.padding;
+    const std::size_t C = in_.channels, H = in_.height, W = in_.width, K = patch();
+    const float* in = dcol.data();
+    for (std::size_t n = 0; n < count; ++n) {
+      float* xs = dx.data() + (first + n) * in_.size();
+      std::fill(xs, xs + in_.size(), 0.0f);
+      for (std::size_t oh = 0; oh < out_.height; ++oh)
+        for (std::size_t ow = 0; ow < out_.width; ++ow, in += K) {
+          const std::size_t base_w = ow * s;
+          const std::size_t kw0 = base_w >= p ? 0 : p - base_w;
+          const std::size_t kw1 = std::min(k, W + p - base_w);
+          for (std::size_t kh = 0; kh < k; ++kh) {
+            const std::size_t ih_p = oh * s + kh;
+            if (ih_p < p || ih_p - p >= H || kw0 >= kw1) continue;
+            float* dst = xs + ((ih_p - p) * W + (base_w + kw0 - p)) * C;
+            const float* src = in + (kh * k + kw0) * C;
+            const std::size_t len = (kw1 - kw0) * C;
+            // Consecutive kw are consecutive pixels (whatever the stride): one run each side.
+            Eigen::Map<Eigen::VectorXf>(dst, static_cast<Eigen::Index>(len)) +=
+                Eigen::Map<const Eigen::VectorXf>(src, static_cast<Eigen::Index>(len));
+          }
+        }
+    }
+  }
+
+  void check_flat(std::size_t size) const {
+    const std::size_t end =
+        bias_ ? bias_offset_ + out_.channels : weight_offset_ + out_.channels * patch();
+    if (size < end)
+      fail(errc::size_mismatch, cat("conv2d: flat parameter buffer of ", size,
+                                    " values is too small for a layer ending at ", end,
+                                    "; pass the model's whole buffer"));
+  }
+
+  map_shape in_{};
+  map_shape out_{};
+  window window_{};
+  bool bias_ = false;
+  std::size_t weight_offset_ = 0;
+  std::size_t bias_offset_ = 0;
+  mutable tbb::enumerable_thread_specific<aligned_buffer<float>> col_;
+  mutable tbb::enumerable_thread_specific<aligned_buffer<float>> dcol_;
+  mutable aligned_buffer<float> partials_;
+};
+
+}  // namespace strata::nn
