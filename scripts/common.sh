@@ -1,0 +1,23 @@
+# Shared by scripts/test.sh and scripts/demo.sh: installs the Debian packages strata needs.
+# shellcheck shell=bash
+
+strata_packages=(g++ cmake ninja-build libtbb-dev catch2 libeigen3-dev zlib1g-dev)
+
+strata_install_packages() {
+  local missing=()
+  for pkg in "${strata_packages[@]}" "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "strata: installing missing packages: ${missing[*]}" >&2
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "strata: need root or sudo to install ${missing[*]}" >&2; return 1; }
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -q >/dev/null
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+strata_jobs() { nproc 2>/dev/null || echo 2; }

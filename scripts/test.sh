@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what strata needs (Debian 12), configures, builds and runs every test.
+# Usage: scripts/test.sh [build-dir]   (default: build). Exit code = test result.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-"$root/build"}
+# shellcheck source=scripts/common.sh
+source "$root/scripts/common.sh"
+strata_install_packages dataset-fashion-mnist libopenmpi-dev openmpi-bin
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${STRATA_CMAKE_ARGS:-}
+cmake --build "$build" -j "$(strata_jobs)"
+(cd "$build" && ctest --output-on-failure -j "$(strata_jobs)" --timeout 600)
+
+# The installed package works from a separate project (find_package(strata)).
+prefix="$build/install-check"
+rm -rf "$prefix" "$build/consumer"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+cmake -S "$root/tests/cmake" -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$build/consumer" >/dev/null
+"$build/consumer/strata_consumer"
+echo "strata: all tests passed"
