@@ -43,6 +43,7 @@ struct flags {
   std::size_t synthetic = 200'000;
   std::size_t eval_samples = 20'000;
   std::uint64_t table_rows = 100'000;
+  std::uint64_t distinct_ids = 200;
   std::size_t dim = 16;
   float lr = 0.05f;
   bool skip_bad_lines = false;
@@ -63,6 +64,7 @@ struct flags {
       "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
       "  --eval-samples N (held-out synthetic rows) --eval-every STEPS\n"
       "  --table-rows R (hash buckets per feature) --dim D\n"
+      "  --distinct-ids K (synthetic: ids per categorical feature, Zipf-distributed)\n"
       "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
       "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
       "  --tiny                          small MLPs (quick runs)\n"
@@ -139,6 +141,8 @@ flags parse(int argc, char** argv) {
       f.options.eval_every = count();
     else if (a == "--table-rows")
       f.table_rows = count();
+    else if (a == "--distinct-ids")
+      f.distinct_ids = count();
     else if (a == "--dim")
       f.dim = count();
     else if (a == "--checkpoint-dir")
@@ -194,7 +198,7 @@ datasets load_data(const flags& f) {
   data::synthetic_criteo gen;
   gen.rows = f.synthetic + f.eval_samples;
   gen.seed = f.options.seed;
-  gen.distinct_ids = {std::max<std::uint64_t>(f.table_rows / 4, 1)};
+  gen.distinct_ids = {f.distinct_ids};
   const auto path = dir / cat("synthetic-", gen.rows, "-", gen.seed, ".tsv");
   const auto report = data::write_synthetic_criteo(path, gen);
   d.teacher_auc = report.teacher_auc;
