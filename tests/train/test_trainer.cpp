@@ -205,7 +205,7 @@ TEST_CASE("corrupted or truncated checkpoints are refused, the previous one stay
   t.fit(data);
   const auto dir = options.checkpoint_dir;
   REQUIRE(std::filesystem::exists(dir / "step-4" / "state.ckpt"));
-  REQUIRE(std::filesystem::exists(dir / "step-8" / "embeddings.ckpt"));
+  REQUIRE(std::filesystem::exists(dir / "step-8" / "rows-worker-0.ckpt"));
 
   const auto damage = [](const std::filesystem::path& file, bool truncate) {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
@@ -219,7 +219,7 @@ TEST_CASE("corrupted or truncated checkpoints are refused, the previous one stay
   auto resume = options;
   resume.resume = true;
   resume.max_steps = 10;
-  damage(dir / "step-8" / "embeddings.ckpt", false);
+  damage(dir / "step-8" / "rows-worker-0.ckpt", false);
   REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, resume).fit(data),
                       Catch::Contains("checksum mismatch") && Catch::Contains("step-8"));
   damage(dir / "step-8" / "state.ckpt", true);

@@ -151,7 +151,8 @@ struct blob_reader {
 /// dense buffer is cut into rows of `dense_row` values), so every strategy applies the very
 /// same function to the same sums. Not thread-safe; `fit` runs the whole world on threads.
 template <models::ctr_model Model, class Storage, communicator Communicator,
-          compress::compressor Compressor = compress::identity>
+          compress::compressor Compressor = compress::identity,
+          comm::transport Transport = comm::thread_transport>
 class trainer {
   using traits = communicator_traits<Communicator>;
   static constexpr bool on_ps = detail::sharded_storage<Storage>;
@@ -169,7 +170,7 @@ class trainer {
   using model_type = Model;
   using optimizer_type = typename Storage::optimizer_type;
   using consistency_type = typename traits::consistency;
-  using transport_type = comm::thread_transport;
+  using transport_type = Transport;
   using wire_codec_type = typename detail::wire_codec<Compressor>::type;
   static constexpr bool error_feedback = detail::wire_codec<Compressor>::feedback;
   using storage_type = typename detail::resolved_storage<Storage, consistency_type, transport_type,
@@ -177,10 +178,16 @@ class trainer {
   static constexpr bool lossless = std::is_same_v<wire_codec_type, compress::identity>;
   static constexpr const char* strategy_name = traits::name;
 
-  trainer(typename Model::config model_config, optimizer_type optimizer, trainer_options options)
+  /// A trainer for every rank of a `thread_world` (`local_rank` < 0; train with
+  /// `fit(train, eval)`), or for one process of a multi-process world such as MPI
+  /// (`local_rank` = this process's rank; train with `fit(transport, train, eval)` on every
+  /// process: only this rank's worker and server state is built here).
+  trainer(typename Model::config model_config, optimizer_type optimizer, trainer_options options,
+          int local_rank = -1)
       : model_config_(std::move(model_config)),
         optimizer_(optimizer),
-        options_(std::move(options)) {
+        options_(std::move(options)),
+        local_rank_(local_rank) {
     options_.check();
     if constexpr (requires { model_config_.seed; }) model_config_.seed = options_.seed;
     Model probe(model_config_);
@@ -189,127 +196,112 @@ class trainer {
     dense_rows_ = (dense_count_ + options_.dense_row - 1) / options_.dense_row;
     dense_state_floats_ = optimizer_type::state_floats(options_.dense_row);
     roles_ = make_layout();
-    // Persistent per-worker state (replicas of dense parameters and, for allreduce, tables).
+    STRATA_EXPECTS(local_rank_ < ranks(), "trainer: local rank ", local_rank_, " outside the ",
+                   ranks(), " ranks of this configuration (", options_.workers, " workers",
+                   on_ps ? cat(", ", options_.servers, " servers") : std::string(), ")");
+    // Persistent per-worker state (replicas of dense parameters and, for allreduce, tables),
+    // built only for the workers that run in this process.
+    workers_.resize(static_cast<std::size_t>(options_.workers));
     for (int w = 0; w < options_.workers; ++w)
-      workers_.push_back(std::make_unique<worker_state>(*this));
+      if (is_local(rank_of_worker(w)))
+        workers_[static_cast<std::size_t>(w)] = std::make_unique<worker_state>(*this);
     if constexpr (on_ps) {
       std::vector<embedding::table_spec> specs = tables_;
       specs.push_back({"dense", dense_rows_, options_.dense_row});
       map_.emplace(*roles_, specs, options_.partition);
+      servers_.resize(static_cast<std::size_t>(roles_->servers()));
       for (int s = 0; s < roles_->servers(); ++s) {
+        if (!is_local(roles_->server_rank(s))) continue;
         ps::server_options so;
         so.threads = options_.server_threads;
         so.init = init();
-        servers_.push_back(std::make_unique<server_type>(*map_, s, optimizer_, so));
+        servers_[static_cast<std::size_t>(s)] =
+            std::make_unique<server_type>(*map_, s, optimizer_, so);
       }
       load_dense_into_servers(probe.parameters(), {});
     }
   }
 
-  /// Trains on `train_set` (evaluating on `eval_set` when given) and returns the report.
+  /// Trains on `train_set` (evaluating on `eval_set` when given) with every rank as a thread
+  /// of one process, and returns the report.
   train_report fit(const data::ctr_dataset& train_set,
                    const data::ctr_dataset* eval_set = nullptr) {
-    STRATA_EXPECTS(train_set.size() >= options_.batch * static_cast<std::size_t>(options_.workers),
-                   "trainer: the training set has ", train_set.size(),
-                   " samples, fewer than one global batch (", options_.batch, " x ",
-                   options_.workers, " workers)");
-    STRATA_EXPECTS(train_set.dense_cols() == workers_[0]->model.dense_features() &&
-                       train_set.sparse_cols() == sparse_features(),
-                   "trainer: the data has ", train_set.dense_cols(), " dense and ",
-                   train_set.sparse_cols(), " sparse columns but the model reads ",
-                   workers_[0]->model.dense_features(), " and ", sparse_features());
-    const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
-    const std::size_t per_epoch = train_set.size() / global;
-    std::size_t total = per_epoch * options_.epochs;
-    if (options_.max_steps != 0)
-      total = std::min(total == 0 ? options_.max_steps : total, options_.max_steps);
-
-    train_report report;
-    report.strategy = strategy_name;
-    report.workers = options_.workers;
-    report.servers = on_ps ? roles_->servers() : 0;
-    if (options_.resume) step_ = load_checkpoint(latest_checkpoint());
-    report.first_step = step_;
-
+    STRATA_EXPECTS(local_rank_ < 0, "trainer: built for rank ", local_rank_,
+                   " of a multi-process world; call fit(transport, train, eval) on every process");
+    check_data(train_set);
     comm::world_options wo;
     wo.timeout_seconds = options_.timeout_seconds;
     wo.link = options_.link;
     wo.send_delay_seconds = options_.send_delay_seconds;
     comm::thread_world world(ranks(), wo);
-    progress_ = std::make_unique<progress>("train", total, "step");
     stopwatch clock;
-    for (auto& w : workers_)
-      w->timer.reset();
-
-    while (step_ < total) {
-      std::size_t end = total;
-      if (options_.eval_every != 0)
-        end = std::min(end, (step_ / options_.eval_every + 1) * options_.eval_every);
-      if (options_.checkpoint_every != 0 && !options_.checkpoint_dir.empty())
-        end = std::min(end, (step_ / options_.checkpoint_every + 1) * options_.checkpoint_every);
-      const bool evaluate =
-          eval_set != nullptr &&
-          (end == total || (options_.eval_every != 0 && end % options_.eval_every == 0));
-      for (auto& w : workers_)
-        w->reset_metrics();
-      std::optional<eval_point> evaluated;
-      world.run([&](transport_type& t) {
-        rank_body(t, train_set, step_, end, eval_set, evaluate, evaluated);
-      });
-      for (auto& s : servers_)
-        s->reset_clock();
-      step_ = end;
-      if (evaluated) report.evals.push_back(*evaluated);
-      if (!options_.checkpoint_dir.empty() &&
-          (end == total ||
-           (options_.checkpoint_every != 0 && end % options_.checkpoint_every == 0)))
-        save_checkpoint();
-    }
-    if (options_.progress) progress_->finish(cat("loss ", workers_[0]->mean_loss()));
-    report.seconds = clock.seconds();
-    report.steps = step_;
-    report.samples = (step_ - report.first_step) * global;
-    report.samples_per_second =
-        report.seconds > 0 ? static_cast<double>(report.samples) / report.seconds : 0;
-    auto& w0 = *workers_[0];
-    report.train_loss = w0.mean_loss();
-    if (!w0.recent_labels.empty()) {
-      const auto positives = std::count(w0.recent_labels.begin(), w0.recent_labels.end(), 1.0f);
-      if (positives > 0 && positives < static_cast<std::ptrdiff_t>(w0.recent_labels.size()))
-        report.train_auc = data::auc(w0.recent_logits, w0.recent_labels);
-    }
-    for (std::size_t p = 0; p < phase_count; ++p)
-      report.phase_seconds[p] = w0.timer.seconds(p);
+    outcome result;
+    world.run([&](comm::thread_transport& t) {
+      if constexpr (std::is_same_v<Transport, comm::thread_transport>) {
+        run_rank(t, train_set, eval_set, result);
+      } else {
+        Transport endpoint(t);
+        run_rank(endpoint, train_set, eval_set, result);
+      }
+    });
+    train_report report = make_report(result, clock.seconds());
     count_bytes(world, report);
-    for (auto& s : servers_)
-      report.server_stats.push_back(s->stats());
-    report.dense_checksum = detail::values_checksum(dense_parameters());
     report.embedding_checksum = embedding_checksum();
     return report;
   }
 
-  /// The final dense parameters (worker 0's replica, or the servers' copy for parameter_server).
-  [[nodiscard]] std::vector<float> dense_parameters() const {
-    if constexpr (traits::dense_on_ps) {
-      std::vector<float> values(dense_rows_ * options_.dense_row), state;
-      read_dense_from_servers(values, state);
-      values.resize(dense_count_);
-      return values;
-    } else {
-      const auto p = workers_[0]->model.parameters();
-      return {p.begin(), p.end()};
+  /// Trains this process's rank of a multi-process world (every process calls it with its own
+  /// endpoint; the trainer must have been built with `local_rank = t.rank()`). Rank 0's report
+  /// holds the evaluations and checksums; byte counts are this rank's own.
+  train_report fit(Transport& t, const data::ctr_dataset& train_set,
+                   const data::ctr_dataset* eval_set = nullptr) {
+    STRATA_EXPECTS(local_rank_ == t.rank(), "trainer: built for local rank ", local_rank_,
+                   " but fit() runs on rank ", t.rank());
+    STRATA_EXPECTS(t.size() == ranks(), "trainer: the world has ", t.size(), " ranks but this ",
+                   "configuration needs ", ranks(), " (", options_.workers, " workers",
+                   on_ps ? cat(" + ", roles_->servers(), " servers") : std::string(), ")");
+    check_data(train_set);
+    stopwatch clock;
+    outcome result;
+    run_rank(t, train_set, eval_set, result);
+    train_report report = make_report(result, clock.seconds());
+    for (int peer = 0; peer < t.size(); ++peer) {
+      report.bytes_worker_to_worker += t.bytes_sent_to(peer);
     }
+    // Embedding checksum: every rank's share summed on rank 0 (a wrapping sum, order-free).
+    std::uint64_t partial = embedding_checksum();
+    if (t.rank() == 0) {
+      for (int peer = 1; peer < t.size(); ++peer) {
+        std::uint64_t theirs = 0;
+        t.recv(peer, checksum_tag, std::as_writable_bytes(std::span(&theirs, 1)));
+        partial += theirs;
+      }
+    } else {
+      t.send(0, checksum_tag, std::as_bytes(std::span(&partial, 1)));
+    }
+    report.embedding_checksum = partial;
+    return report;
+  }
+
+  /// The final dense parameters (worker 0's replica, which under parameter_server pulls them
+  /// from the servers at the end of every segment); empty when worker 0 is not in this process.
+  [[nodiscard]] std::vector<float> dense_parameters() const {
+    if (!workers_[0]) return {};
+    const auto p = workers_[0]->model.parameters();
+    return {p.begin(), p.end()};
   }
   /// Calls fn(table, key, row, state) for every embedding row (worker 0's replica or the servers).
   template <class Fn>
   void for_each_embedding_row(Fn&& fn) const {
     if constexpr (on_ps) {
       for (const auto& s : servers_)
-        s->for_each_row([&](std::size_t t, std::uint64_t key, std::span<const float> row,
-                            std::span<const float> state) {
-          if (t < tables_.size()) fn(t, key, row, state);
-        });
+        if (s)
+          s->for_each_row([&](std::size_t t, std::uint64_t key, std::span<const float> row,
+                              std::span<const float> state) {
+            if (t < tables_.size()) fn(t, key, row, state);
+          });
     } else {
+      if (!workers_[0]) return;
       const auto& storage = *workers_[0]->tables;
       for (std::size_t t = 0; t < tables_.size(); ++t)
         storage.for_each_row(t, [&](std::uint64_t key, std::span<const float> row,
@@ -337,12 +329,113 @@ class trainer {
     return tables_;
   }
   [[nodiscard]] const trainer_options& options() const noexcept { return options_; }
-  [[nodiscard]] std::size_t step() const noexcept { return step_; }
   [[nodiscard]] int ranks() const noexcept { return on_ps ? roles_->ranks() : options_.workers; }
 
  private:
   using server_type = ps::server<optimizer_type, consistency_type, wire_codec_type>;
   using dense_codec_type = Compressor;
+  static constexpr comm::tag_t checksum_tag = comm::reserved_tag_base + 0x300;
+
+  /// What rank 0 learns during a run (filled on the thread/process that hosts worker 0).
+  struct outcome {
+    std::size_t first_step = 0, steps = 0;
+    std::vector<eval_point> evals;
+  };
+
+  [[nodiscard]] bool is_local(int rank) const noexcept {
+    return local_rank_ < 0 || rank == local_rank_;
+  }
+  [[nodiscard]] int rank_of_worker(int w) const { return on_ps ? roles_->worker_rank(w) : w; }
+  [[nodiscard]] std::size_t total_steps(const data::ctr_dataset& train_set) const {
+    const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
+    const std::size_t per_epoch = train_set.size() / global;
+    std::size_t total = per_epoch * options_.epochs;
+    if (options_.max_steps != 0)
+      total = std::min(total == 0 ? options_.max_steps : total, options_.max_steps);
+    return total;
+  }
+  void check_data(const data::ctr_dataset& train_set) const {
+    const Model probe(model_config_);
+    STRATA_EXPECTS(train_set.size() >= options_.batch * static_cast<std::size_t>(options_.workers),
+                   "trainer: the training set has ", train_set.size(),
+                   " samples, fewer than one global batch (", options_.batch, " x ",
+                   options_.workers, " workers)");
+    STRATA_EXPECTS(train_set.dense_cols() == probe.dense_features() &&
+                       train_set.sparse_cols() == sparse_features(),
+                   "trainer: the data has ", train_set.dense_cols(), " dense and ",
+                   train_set.sparse_cols(), " sparse columns but the model reads ",
+                   probe.dense_features(), " and ", sparse_features());
+  }
+
+  /// Every rank's whole run: resume, then segments (train → servers restart their clocks →
+  /// checkpoint) until the last step.
+  template <comm::transport T>
+  void run_rank(T& t, const data::ctr_dataset& train_set, const data::ctr_dataset* eval_set,
+                outcome& result) {
+    const std::size_t total = total_steps(train_set);
+    std::size_t step = options_.resume ? load_checkpoint(t.rank(), latest_checkpoint()) : 0;
+    const bool hosts_worker0 = t.rank() == rank_of_worker(0);
+    if (hosts_worker0) {
+      result.first_step = step;
+      if (options_.progress) progress_ = std::make_unique<progress>("train", total, "step");
+    }
+    if (is_worker(t.rank()))
+      workers_[static_cast<std::size_t>(worker_index(t.rank()))]->timer.reset();
+    while (step < total) {
+      std::size_t end = total;
+      if (options_.eval_every != 0)
+        end = std::min(end, (step / options_.eval_every + 1) * options_.eval_every);
+      if (options_.checkpoint_every != 0 && !options_.checkpoint_dir.empty())
+        end = std::min(end, (step / options_.checkpoint_every + 1) * options_.checkpoint_every);
+      const bool evaluate =
+          eval_set != nullptr &&
+          (end == total || (options_.eval_every != 0 && end % options_.eval_every == 0));
+      if (is_worker(t.rank()))
+        workers_[static_cast<std::size_t>(worker_index(t.rank()))]->reset_metrics();
+      std::optional<eval_point> evaluated;
+      rank_body(t, train_set, step, end, eval_set, evaluate, evaluated);
+      if constexpr (on_ps)
+        if (roles_->is_server(t.rank()))
+          servers_[static_cast<std::size_t>(roles_->server_index(t.rank()))]->reset_clock();
+      if (evaluated) result.evals.push_back(*evaluated);
+      step = end;
+      if (!options_.checkpoint_dir.empty() &&
+          (end == total ||
+           (options_.checkpoint_every != 0 && end % options_.checkpoint_every == 0)))
+        write_checkpoint(t, step);
+    }
+    if (hosts_worker0) {
+      result.steps = step;
+      if (options_.progress && progress_) progress_->finish(cat("loss ", workers_[0]->mean_loss()));
+    }
+  }
+
+  [[nodiscard]] train_report make_report(const outcome& result, double seconds) const {
+    train_report report;
+    report.strategy = strategy_name;
+    report.workers = options_.workers;
+    report.servers = on_ps ? roles_->servers() : 0;
+    report.first_step = result.first_step;
+    report.steps = result.steps;
+    report.evals = result.evals;
+    report.seconds = seconds;
+    const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
+    report.samples = (report.steps - report.first_step) * global;
+    report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
+    for (const auto& s : servers_)
+      if (s) report.server_stats.push_back(s->stats());
+    if (workers_[0]) {
+      const auto& w0 = *workers_[0];
+      report.train_loss = w0.mean_loss();
+      const auto positives = std::count(w0.recent_labels.begin(), w0.recent_labels.end(), 1.0f);
+      if (positives > 0 && positives < static_cast<std::ptrdiff_t>(w0.recent_labels.size()))
+        report.train_auc = data::auc(w0.recent_logits, w0.recent_labels);
+      for (std::size_t p = 0; p < phase_count; ++p)
+        report.phase_seconds[p] = w0.timer.seconds(p);
+      report.dense_checksum = detail::values_checksum(dense_parameters());
+    }
+    return report;
+  }
 
   struct worker_state {
     explicit worker_state(const trainer& owner)
@@ -481,6 +574,13 @@ class trainer {
       }
     }
     if (evaluate && w == 0) evaluated = run_eval(me, storage, buffers, *eval_set, end);
+    if constexpr (traits::dense_on_ps) {
+      if (w == 0) {  // worker 0's replica mirrors the servers' dense parameters
+        storage.gather(tables_.size(), buffers.dense_keys, buffers.dense_padded.view());
+        auto params = me.model.parameters();
+        std::copy_n(buffers.dense_padded.data(), params.size(), params.begin());
+      }
+    }
     if constexpr (on_ps) remote->shutdown();
   }
 
@@ -698,27 +798,16 @@ class trainer {
         else
           std::copy_n(state.begin() + static_cast<std::ptrdiff_t>(r * sf), sf, st.begin());
         const auto s = map_->server_of(tables_.size(), r);
-        servers_[s]->import_row(tables_.size(), r, row, st);
+        if (servers_[s]) servers_[s]->import_row(tables_.size(), r, row, st);
       }
     }
   }
-  void read_dense_from_servers(std::vector<float>& padded, std::vector<float>& state) const {
-    state.assign(dense_rows_ * dense_state_floats_, 0.0f);
-    const std::size_t d = options_.dense_row, sf = dense_state_floats_;
-    for (const auto& s : servers_)
-      s->for_each_row([&](std::size_t t, std::uint64_t key, std::span<const float> row,
-                          std::span<const float> st) {
-        if (t != tables_.size()) return;
-        std::copy(row.begin(), row.end(), padded.begin() + static_cast<std::ptrdiff_t>(key * d));
-        std::copy(st.begin(), st.end(), state.begin() + static_cast<std::ptrdiff_t>(key * sf));
-      });
-  }
-
   // ---- traffic ----------------------------------------------------------------------------
 
   void count_bytes(const comm::thread_world& world, train_report& report) const {
     std::uint64_t ps_requests = 0, ps_replies = 0, total = 0;
     for (const auto& s : servers_) {
+      if (!s) continue;
       const auto st = s->stats();
       ps_requests += st.bytes_received;
       ps_replies += st.bytes_sent;
@@ -745,88 +834,124 @@ class trainer {
     return dir / name;
   }
 
-  void save_checkpoint() const {
-    namespace fs = std::filesystem;
-    const fs::path dir = options_.checkpoint_dir;
-    fs::create_directories(dir);
-    const std::string name = cat("step-", step_);
-    const fs::path temporary = dir / (name + ".tmp"), final_dir = dir / name;
-    fs::remove_all(temporary);
-    fs::create_directories(temporary);
-
-    checkpoint_writer state;
-    const std::uint64_t step = step_, dense_count = dense_count_, dense_row = options_.dense_row;
-    state.add_value("meta/step", step);
-    state.add_value("meta/dense_count", dense_count);
-    state.add_value("meta/dense_row", dense_row);
-    state.add_value("meta/seed", options_.seed);
-    state.add_value("meta/workers", options_.workers);
-    const std::string opt_name = optimizer_type::name;
-    state.add("meta/optimizer", std::as_bytes(std::span(opt_name)));
-    const std::string strategy = strategy_name;
-    state.add("meta/strategy", std::as_bytes(std::span(strategy)));
-    std::vector<float> params, dense_state;
-    if constexpr (traits::dense_on_ps) {
-      params.assign(dense_rows_ * options_.dense_row, 0.0f);
-      read_dense_from_servers(params, dense_state);
-      params.resize(dense_count_);
-    } else {
-      const auto p = workers_[0]->model.parameters();
-      params.assign(p.begin(), p.end());
-      dense_state.assign(workers_[0]->dense_state.begin(), workers_[0]->dense_state.end());
-    }
-    state.add_values<float>("dense/params", params);
-    state.add_values<float>("dense/state", dense_state);
-    if constexpr (!lossless && compress::positional_compressor<Compressor>) {
-      for (std::size_t w = 0; w < workers_.size(); ++w)
-        state.add_values<float>(cat("residual/", w), workers_[w]->codec->residual());
-    }
-    state.commit(temporary / "state.ckpt");
-
-    // Embedding rows as (table, key, row, state) records: placement-free, so any strategy and
-    // world size can load them.
-    checkpoint_writer rows;
-    std::vector<std::vector<std::uint64_t>> keys(tables_.size());
-    std::vector<std::vector<float>> values(tables_.size()), states(tables_.size());
-    for_each_embedding_row([&](std::size_t t, std::uint64_t key, std::span<const float> row,
-                               std::span<const float> st) {
+  /// Rows of every table this rank holds, plus the dense table (index tables_.size()), as
+  /// (key, row, state) records: the placement-free form every strategy can load.
+  void write_rows(const std::filesystem::path& file, bool with_embeddings, bool with_dense_replica,
+                  const server_type* server) const {
+    const std::size_t count = tables_.size() + 1;
+    std::vector<std::vector<std::uint64_t>> keys(count);
+    std::vector<std::vector<float>> values(count), states(count);
+    const auto add = [&](std::size_t t, std::uint64_t key, std::span<const float> row,
+                         std::span<const float> st) {
       keys[t].push_back(key);
       values[t].insert(values[t].end(), row.begin(), row.end());
       states[t].insert(states[t].end(), st.begin(), st.end());
-    });
-    const std::uint64_t table_count = tables_.size();
-    rows.add_value("tables", table_count);
-    for (std::size_t t = 0; t < tables_.size(); ++t) {
-      rows.add_values<std::uint64_t>(cat("t", t, "/keys"), keys[t]);
-      rows.add_values<float>(cat("t", t, "/rows"), values[t]);
-      rows.add_values<float>(cat("t", t, "/state"), states[t]);
+    };
+    if (server != nullptr) server->for_each_row(add);
+    if constexpr (!on_ps) {
+      if (with_embeddings)
+        for (std::size_t t = 0; t < tables_.size(); ++t)
+          workers_[0]->tables->for_each_row(
+              t, [&](std::uint64_t key, std::span<const float> row, std::span<const float> st) {
+                add(t, key, row, st);
+              });
     }
-    rows.commit(temporary / "embeddings.ckpt");
-
-    fs::remove_all(final_dir);
-    fs::rename(temporary, final_dir);
-    {
-      std::ofstream latest(dir / "latest.tmp", std::ios::trunc);
-      latest << name << "\n";
+    if (with_dense_replica) {
+      const auto params = workers_[0]->model.parameters();
+      const std::size_t d = options_.dense_row, sf = dense_state_floats_;
+      std::vector<float> row(d);
+      for (std::size_t r = 0; r < dense_rows_; ++r) {
+        std::fill(row.begin(), row.end(), 0.0f);
+        const std::size_t first = r * d, n = std::min(d, params.size() - first);
+        std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(first), n, row.begin());
+        add(tables_.size(), r, row, workers_[0]->dense_state.span().subspan(r * sf, sf));
+      }
     }
-    fs::rename(dir / "latest.tmp", dir / "latest");
-    // Keep the two newest checkpoints.
-    std::vector<std::pair<std::size_t, fs::path>> found;
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const auto file = entry.path().filename().string();
-      if (entry.is_directory() && file.rfind("step-", 0) == 0 &&
-          file.find(".tmp") == std::string::npos)
-        found.emplace_back(std::stoull(file.substr(5)), entry.path());
+    checkpoint_writer out;
+    const std::uint64_t table_count = count;
+    out.add_value("tables", table_count);
+    for (std::size_t t = 0; t < count; ++t) {
+      out.add_values<std::uint64_t>(cat("t", t, "/keys"), keys[t]);
+      out.add_values<float>(cat("t", t, "/rows"), values[t]);
+      out.add_values<float>(cat("t", t, "/state"), states[t]);
     }
-    std::sort(found.begin(), found.end());
-    for (std::size_t i = 0; i + 2 < found.size(); ++i)
-      fs::remove_all(found[i].second);
+    out.commit(file);
   }
 
-  /// Loads a checkpoint written under any strategy and world size; returns its step.
-  std::size_t load_checkpoint(const std::filesystem::path& dir) {
+  /// Every rank writes what it holds into step-N.tmp/, then rank 0 renames the directory and
+  /// points `latest` at it (barriers in between, so a checkpoint is whole or absent).
+  template <comm::transport T>
+  void write_checkpoint(T& t, std::size_t step) const {
+    namespace fs = std::filesystem;
+    const fs::path dir = options_.checkpoint_dir;
+    const std::string name = cat("step-", step);
+    const fs::path temporary = dir / (name + ".tmp"), final_dir = dir / name;
+    if (t.rank() == 0) {
+      fs::create_directories(dir);
+      fs::remove_all(temporary);
+      fs::create_directories(temporary);
+    }
+    comm::barrier(t);
+    if (t.rank() == rank_of_worker(0)) {
+      checkpoint_writer state;
+      const std::uint64_t at = step, dense_count = dense_count_, dense_row = options_.dense_row;
+      state.add_value("meta/step", at);
+      state.add_value("meta/dense_count", dense_count);
+      state.add_value("meta/dense_row", dense_row);
+      state.add_value("meta/seed", options_.seed);
+      state.add_value("meta/workers", options_.workers);
+      const std::string opt_name = optimizer_type::name;
+      state.add("meta/optimizer", std::as_bytes(std::span(opt_name)));
+      const std::string strategy = strategy_name;
+      state.add("meta/strategy", std::as_bytes(std::span(strategy)));
+      state.commit(temporary / "state.ckpt");
+      if constexpr (!traits::dense_on_ps)
+        write_rows(temporary / "rows-worker-0.ckpt", !on_ps, true, nullptr);
+    }
+    if (is_worker(t.rank())) {
+      const int w = worker_index(t.rank());
+      if constexpr (!lossless && compress::positional_compressor<Compressor>) {
+        checkpoint_writer residual;
+        residual.add_values<float>("residual",
+                                   workers_[static_cast<std::size_t>(w)]->codec->residual());
+        residual.commit(temporary / cat("worker-", w, ".ckpt"));
+      }
+    }
+    if constexpr (on_ps) {
+      if (roles_->is_server(t.rank())) {
+        const int s = roles_->server_index(t.rank());
+        write_rows(temporary / cat("rows-server-", s, ".ckpt"), false, false,
+                   servers_[static_cast<std::size_t>(s)].get());
+      }
+    }
+    comm::barrier(t);
+    if (t.rank() == 0) {
+      fs::remove_all(final_dir);
+      fs::rename(temporary, final_dir);
+      {
+        std::ofstream latest(dir / "latest.tmp", std::ios::trunc);
+        latest << name << "\n";
+      }
+      fs::rename(dir / "latest.tmp", dir / "latest");
+      std::vector<std::pair<std::size_t, fs::path>> found;  // keep the two newest
+      for (const auto& entry : fs::directory_iterator(dir)) {
+        const auto file = entry.path().filename().string();
+        if (entry.is_directory() && file.rfind("step-", 0) == 0 &&
+            file.find(".tmp") == std::string::npos)
+          found.emplace_back(std::stoull(file.substr(5)), entry.path());
+      }
+      std::sort(found.begin(), found.end());
+      for (std::size_t i = 0; i + 2 < found.size(); ++i)
+        fs::remove_all(found[i].second);
+    }
+    comm::barrier(t);
+  }
+
+  /// Loads what `rank` holds from a checkpoint written under any strategy and world size;
+  /// returns its step.
+  std::size_t load_checkpoint(int rank, const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
     const checkpoint_reader state(dir / "state.ckpt");
-    const checkpoint_reader rows(dir / "embeddings.ckpt");
     const auto dense_count = state.value<std::uint64_t>("meta/dense_count");
     const auto dense_row = state.value<std::uint64_t>("meta/dense_row");
     const auto opt = state.bytes("meta/optimizer");
@@ -839,50 +964,82 @@ class trainer {
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " was written with optimizer ",
                                    opt_name, " and dense_row ", dense_row, "; this run uses ",
                                    optimizer_type::name, " and ", options_.dense_row));
-    const auto params = state.values<float>("dense/params", dense_count_);
-    const auto dense_state = state.values<float>("dense/state", dense_rows_ * dense_state_floats_);
-    const auto table_count = rows.value<std::uint64_t>("tables");
-    if (table_count != tables_.size())
-      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " has ", table_count,
-                                   " embedding tables but the model has ", tables_.size()));
-    const auto saved_workers = state.value<int>("meta/workers");
-    for (std::size_t w = 0; w < workers_.size(); ++w) {
-      auto& me = *workers_[w];
-      std::copy(params.begin(), params.end(), me.model.parameters().begin());
-      std::copy(dense_state.begin(), dense_state.end(), me.dense_state.begin());
-      if constexpr (!lossless && compress::positional_compressor<Compressor>) {
-        // Residuals belong to a worker; they carry over only when the worker count matches.
-        const auto name = cat("residual/", w);
-        if (saved_workers == options_.workers && state.has(name))
-          me.codec->restore_residual(state.values<float>(name, dense_count_));
-        else
-          me.codec->reset();
-      }
-    }
-    if constexpr (traits::dense_on_ps) load_dense_into_servers(params, dense_state);
-    for (std::size_t t = 0; t < tables_.size(); ++t) {
-      const auto keys = rows.values<std::uint64_t>(cat("t", t, "/keys"));
-      const auto values = rows.values<float>(cat("t", t, "/rows"), keys.size() * tables_[t].dim);
-      const std::size_t sf = optimizer_type::state_floats(tables_[t].dim);
-      const auto st = rows.values<float>(cat("t", t, "/state"), keys.size() * sf);
-      const std::size_t dim = tables_[t].dim;
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        const auto row = std::span<const float>(values.data() + i * dim, dim);
-        const auto row_state = std::span<const float>(st.data() + i * sf, sf);
-        if constexpr (on_ps) {
-          servers_[map_->server_of(t, keys[i])]->import_row(t, keys[i], row, row_state);
-        } else {
-          for (auto& w : workers_) {
-            auto target = w->tables->row(t, keys[i]);
-            std::copy(row.begin(), row.end(), target.begin());
-            auto target_state = w->tables->state(t, keys[i]);
-            std::copy(row_state.begin(), row_state.end(), target_state.begin());
+    worker_state* me =
+        is_worker(rank) ? workers_[static_cast<std::size_t>(worker_index(rank))].get() : nullptr;
+    server_type* server = nullptr;
+    if constexpr (on_ps)
+      if (roles_->is_server(rank))
+        server = servers_[static_cast<std::size_t>(roles_->server_index(rank))].get();
+
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().filename().string().rfind("rows-", 0) == 0) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    if (files.empty())
+      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " has no rows-*.ckpt files"));
+    std::size_t dense_seen = 0;
+    for (const auto& file : files) {
+      const checkpoint_reader rows(file);
+      if (rows.value<std::uint64_t>("tables") != tables_.size() + 1)
+        fail(errc::corrupt_data,
+             cat("checkpoint ", file.string(), " has ", rows.value<std::uint64_t>("tables") - 1,
+                 " embedding tables but the model has ", tables_.size()));
+      for (std::size_t t = 0; t <= tables_.size(); ++t) {
+        const bool dense = t == tables_.size();
+        const std::size_t dim = dense ? options_.dense_row : tables_[t].dim;
+        const std::size_t sf = optimizer_type::state_floats(dim);
+        const auto keys = rows.values<std::uint64_t>(cat("t", t, "/keys"));
+        const auto values = rows.values<float>(cat("t", t, "/rows"), keys.size() * dim);
+        const auto st = rows.values<float>(cat("t", t, "/state"), keys.size() * sf);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          const auto row = std::span<const float>(values.data() + i * dim, dim);
+          const auto row_state = std::span<const float>(st.data() + i * sf, sf);
+          const bool to_servers = dense ? traits::dense_on_ps : on_ps;
+          if (to_servers) {
+            if constexpr (on_ps)
+              if (server != nullptr &&
+                  map_->server_of(t, keys[i]) == static_cast<std::size_t>(server->index()))
+                server->import_row(t, keys[i], row, row_state);
+          }
+          // Workers keep a replica of the dense parameters under every strategy.
+          if (me != nullptr && (dense || !to_servers)) {
+            if (dense) {
+              if (keys[i] >= dense_rows_)
+                fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": dense row ", keys[i],
+                                             " outside the model's ", dense_rows_, " rows"));
+              auto params = me->model.parameters();
+              const std::size_t first = keys[i] * dim, n = std::min(dim, params.size() - first);
+              std::copy_n(row.begin(), n, params.begin() + static_cast<std::ptrdiff_t>(first));
+              if (!traits::dense_on_ps)
+                std::copy(row_state.begin(), row_state.end(),
+                          me->dense_state.begin() + static_cast<std::ptrdiff_t>(keys[i] * sf));
+              ++dense_seen;
+            } else if constexpr (!on_ps) {
+              auto target = me->tables->row(t, keys[i]);
+              std::copy(row.begin(), row.end(), target.begin());
+              auto target_state = me->tables->state(t, keys[i]);
+              std::copy(row_state.begin(), row_state.end(), target_state.begin());
+            }
           }
         }
       }
     }
+    if (me != nullptr && dense_seen != dense_rows_)
+      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_seen, " of the ",
+                                   dense_rows_, " dense parameter rows"));
+    if constexpr (!lossless && compress::positional_compressor<Compressor>) {
+      if (me != nullptr) {
+        // Residuals belong to a worker; they carry over only when the worker count matches.
+        const auto file = dir / cat("worker-", worker_index(rank), ".ckpt");
+        if (state.value<int>("meta/workers") == options_.workers && fs::exists(file))
+          me->codec->restore_residual(
+              checkpoint_reader(file).values<float>("residual", dense_count_));
+        else
+          me->codec->reset();
+      }
+    }
     const auto step = state.value<std::uint64_t>("meta/step");
-    log_line(cat("resumed from ", dir.string(), " at step ", step));
+    if (rank == 0) log_line(cat("resumed from ", dir.string(), " at step ", step));
     return static_cast<std::size_t>(step);
   }
 
@@ -896,7 +1053,7 @@ class trainer {
   std::vector<std::unique_ptr<worker_state>> workers_;
   std::vector<std::unique_ptr<server_type>> servers_;
   std::unique_ptr<progress> progress_;
-  std::size_t step_ = 0;
+  int local_rank_ = -1;
 };
 
 }  // namespace strata::train
