@@ -9,6 +9,7 @@
 //   ctr_train --synthetic 200000 --checkpoint-dir ckpt --resume
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -28,7 +29,12 @@
 #include "strata/models/wide_deep.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/ftrl.hpp"
+#include "strata/comm/any_transport.hpp"
 #include "strata/train/trainer.hpp"
+#if defined(STRATA_WITH_MPI)  // built with the strata::mpi target: runs under mpirun too
+#include "strata/mpi/environment.hpp"
+#include "strata/mpi/transport.hpp"
+#endif
 
 namespace {
 
@@ -49,6 +55,9 @@ struct flags {
   bool skip_bad_lines = false;
   bool tiny = false;
   train::trainer_options options;
+  /// Under mpirun: this process's endpoint (one rank per process); null = ranks as threads.
+  comm::any_transport* process = nullptr;
+  [[nodiscard]] bool leader() const { return process == nullptr || process->rank() == 0; }
 };
 
 [[noreturn]] void usage(int code) {
@@ -184,10 +193,10 @@ datasets load_data(const flags& f) {
   if (!f.data.empty()) {
     data::criteo_summary summary;
     d.train = data::load_criteo(f.data, reader, &summary);
-    log_line(cat("train data: ", summary.to_string()));
+    if (f.leader()) log_line(cat("train data: ", summary.to_string()));
     if (!f.eval_data.empty()) {
       d.eval = data::load_criteo(f.eval_data, reader, &summary);
-      log_line(cat("eval data: ", summary.to_string()));
+      if (f.leader()) log_line(cat("eval data: ", summary.to_string()));
     }
     return d;
   }
@@ -199,10 +208,11 @@ datasets load_data(const flags& f) {
   gen.rows = f.synthetic + f.eval_samples;
   gen.seed = f.options.seed;
   gen.distinct_ids = {f.distinct_ids};
-  const auto path = dir / cat("synthetic-", gen.rows, "-", gen.seed, ".tsv");
+  // One file per process: under mpirun every process generates the same rows itself.
+  const auto path = dir / cat("synthetic-", gen.rows, "-", gen.seed, "-", ::getpid(), ".tsv");
   const auto report = data::write_synthetic_criteo(path, gen);
   d.teacher_auc = report.teacher_auc;
-  log_line(cat("synthetic data: ", report.rows, " rows, CTR ", report.positive_rate,
+  if (f.leader()) log_line(cat("synthetic data: ", report.rows, " rows, CTR ", report.positive_rate,
                ", teacher AUC ", report.teacher_auc, " (", path.string(), ")"));
   auto all = data::load_criteo(path, reader);
   std::filesystem::remove(path);
@@ -218,8 +228,16 @@ datasets load_data(const flags& f) {
 template <class Trainer>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
          typename Trainer::optimizer_type optimizer, const datasets& d) {
-  Trainer trainer(model_config, optimizer, f.options);
-  const auto r = trainer.fit(d.train, d.eval.size() > 0 ? &d.eval : nullptr);
+  const auto* eval = d.eval.size() > 0 ? &d.eval : nullptr;
+  train::train_report r;
+  if (f.process != nullptr) {
+    Trainer trainer(model_config, optimizer, f.options, f.process->rank());
+    r = trainer.fit(*f.process, d.train, eval);
+    if (!f.leader()) return;  // rank 0 prints the table
+  } else {
+    Trainer trainer(model_config, optimizer, f.options);
+    r = trainer.fit(d.train, eval);
+  }
   std::printf("\n%-28s %s\n", "strategy", r.strategy.c_str());
   std::printf("%-28s %d workers, %d servers\n", "ranks", r.workers, r.servers);
   std::printf("%-28s %zu (%zu samples, %.1f s, %.0f samples/s)\n", "steps", r.steps, r.samples,
@@ -256,15 +274,15 @@ template <class Model, class Storage, class Communicator>
 void with_compressor(const flags& f, const typename Model::config& config,
                      typename Storage::optimizer_type optimizer, const datasets& d) {
   if (f.compressor == "none")
-    return run<train::trainer<Model, Storage, Communicator, compress::identity>>(f, config,
+    return run<train::trainer<Model, Storage, Communicator, compress::identity, comm::any_transport>>(f, config,
                                                                                  optimizer, d);
   if (f.compressor == "fp16")
-    return run<train::trainer<Model, Storage, Communicator, compress::fp16>>(f, config, optimizer,
+    return run<train::trainer<Model, Storage, Communicator, compress::fp16, comm::any_transport>>(f, config, optimizer,
                                                                              d);
   if (f.compressor == "int8")
     return run<train::trainer<Model, Storage, Communicator,
-                              compress::error_feedback<compress::int8_block<256>>>>(f, config,
-                                                                                    optimizer, d);
+                              compress::error_feedback<compress::int8_block<256>>,
+                              comm::any_transport>>(f, config, optimizer, d);
   fail(errc::invalid_argument,
        cat("--compressor must be none, fp16 or int8, got '", f.compressor, "'"));
 }
@@ -277,7 +295,7 @@ using hybrid_strategy = train::hybrid<C>;
 template <class Model, class Optimizer, template <class> class Strategy>
 void with_consistency(const flags& f, const typename Model::config& config, Optimizer optimizer,
                       const datasets& d) {
-  using storage = embedding::sharded<Optimizer>;
+  using storage = embedding::sharded<Optimizer, ps::sync, comm::any_transport>;
   if (f.consistency == "sync")
     return with_compressor<Model, storage, Strategy<ps::sync>>(f, config, optimizer, d);
   if (f.consistency == "async")
@@ -300,7 +318,7 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
       embedding_bytes += t.rows * t.dim * sizeof(float);
     const std::uint64_t dense_bytes = probe.parameters().size() * sizeof(float);
     strategy = train::choose_strategy(embedding_bytes, dense_bytes);
-    log_line(cat("--strategy auto: embeddings ", embedding_bytes >> 20, " MiB, dense ",
+    if (f.leader()) log_line(cat("--strategy auto: embeddings ", embedding_bytes >> 20, " MiB, dense ",
                  dense_bytes >> 10, " KiB -> ", strategy));
   }
   if (strategy == "allreduce") {
@@ -320,9 +338,41 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
 
 }  // namespace
 
+/// True when this process was started by mpirun/mpiexec (Open MPI, MPICH/PMI, PMIx).
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
 int main(int argc, char** argv) {
   try {
-    const flags f = parse(argc, argv);
+    flags f = parse(argc, argv);
+#if defined(STRATA_WITH_MPI)
+    std::optional<mpi::environment> mpi_env;
+    std::optional<mpi::transport> mpi_endpoint;
+    std::optional<comm::any_transport> endpoint;
+    if (launched_by_mpi()) {
+      // One rank per process; --servers S makes the last S ranks servers (PS strategies).
+      mpi_env.emplace(argc, argv);
+      mpi::transport_options to;
+      to.timeout_seconds = f.options.timeout_seconds;
+      mpi_endpoint.emplace(to);
+      endpoint.emplace(*mpi_endpoint);
+      f.process = &*endpoint;
+      const int size = mpi_endpoint->size();
+      const bool ps_ranks = f.strategy != "allreduce" && f.options.servers > 0;
+      STRATA_EXPECTS(!ps_ranks || size > f.options.servers, "ctr_train: ", size,
+                     " MPI processes cannot hold ", f.options.servers, " servers and a worker");
+      f.options.workers = ps_ranks ? size - f.options.servers : size;
+      if (f.leader())
+        log_line(cat("ctr_train: ", size, " MPI processes: ", f.options.workers, " workers",
+                     ps_ranks ? cat(" + ", f.options.servers, " servers (the last ranks)") : ""));
+    }
+#else
+    if (launched_by_mpi())
+      fail(errc::unsupported, "ctr_train was built without MPI (strata::mpi); install libopenmpi-dev and rebuild to run it under mpirun");
+#endif
     const datasets d = load_data(f);
     STRATA_EXPECTS(d.train.size() > 0, "no training data");
     if (f.model == "dlrm") {
