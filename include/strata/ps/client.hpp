@@ -273,6 +273,25 @@ class client {
     if (first) throw *first;
   }
 
+  /// Calls fn(table, key, residual row) for every key that has an error-feedback residual (to
+  /// carry residuals into a later client or a checkpoint).
+  template <class Fn>
+  void for_each_residual(Fn&& fn) const {
+    for (std::size_t t = 0; t < residuals_.size(); ++t) {
+      const std::size_t dim = map_.spec(t).dim;
+      for (const auto& [key, slot] : residuals_[t].slot)
+        fn(t, key, std::span<const float>(residuals_[t].data.data() + slot * dim, dim));
+    }
+  }
+  /// Sets the error-feedback residual of row `key` of table t (see for_each_residual).
+  void restore_residual(std::size_t t, std::uint64_t key, std::span<const float> values) {
+    map_.check_table(t, "ps::client::restore_residual");
+    const std::size_t dim = map_.spec(t).dim;
+    STRATA_EXPECTS(values.size() == dim, "ps::client::restore_residual: ", values.size(),
+                   " values for a row of table ", t, " with dim ", dim);
+    std::copy(values.begin(), values.end(), residual_row(t, key, dim));
+  }
+
   /// Error-feedback residual of row `key` of table t (zeros if none yet); for tests.
   [[nodiscard]] std::vector<float> residual(std::size_t t, std::uint64_t key) const {
     map_.check_table(t, "ps::client::residual");

@@ -461,6 +461,9 @@ class trainer {
     std::optional<Storage> tables;          ///< allreduce strategy: this worker's replica
     aligned_buffer<float> dense_state;      ///< optimizer state of the dense rows
     std::optional<dense_codec_type> codec;  ///< dense-gradient compressor (with its residual)
+    /// Error-feedback residuals of PS pushes, kept between segments (the client is per segment).
+    std::vector<std::uint64_t> push_tables, push_keys;
+    std::vector<float> push_values;
     phase_timer<phase_count> timer;
     double loss_sum = 0;
     std::size_t loss_count = 0;
@@ -549,6 +552,15 @@ class trainer {
       co.fp16_pulls = options_.fp16_pulls;
       co.error_feedback = error_feedback;
       remote.emplace(t, *map_, co);
+      if constexpr (error_feedback) {
+        for (std::size_t i = 0, at = 0; i < me.push_keys.size(); ++i) {
+          const std::size_t dim = map_->spec(me.push_tables[i]).dim;
+          remote->client().restore_residual(
+              me.push_tables[i], me.push_keys[i],
+              std::span<const float>(me.push_values.data() + at, dim));
+          at += dim;
+        }
+      }
     }
     storage_type& storage = [&]() -> storage_type& {
       if constexpr (on_ps)
@@ -581,7 +593,20 @@ class trainer {
         std::copy_n(buffers.dense_padded.data(), params.size(), params.begin());
       }
     }
-    if constexpr (on_ps) remote->shutdown();
+    if constexpr (on_ps) {
+      if constexpr (error_feedback) {
+        me.push_tables.clear();
+        me.push_keys.clear();
+        me.push_values.clear();
+        remote->client().for_each_residual(
+            [&](std::size_t table, std::uint64_t key, std::span<const float> values) {
+              me.push_tables.push_back(table);
+              me.push_keys.push_back(key);
+              me.push_values.insert(me.push_values.end(), values.begin(), values.end());
+            });
+      }
+      remote->shutdown();
+    }
   }
 
   /// Scratch reused across steps (no allocation in the step loop after the first step).
@@ -910,10 +935,15 @@ class trainer {
     }
     if (is_worker(t.rank())) {
       const int w = worker_index(t.rank());
-      if constexpr (!lossless && compress::positional_compressor<Compressor>) {
+      if constexpr (!lossless &&
+                    (compress::positional_compressor<Compressor> || (on_ps && error_feedback))) {
+        const auto& me = *workers_[static_cast<std::size_t>(w)];
         checkpoint_writer residual;
-        residual.add_values<float>("residual",
-                                   workers_[static_cast<std::size_t>(w)]->codec->residual());
+        if constexpr (compress::positional_compressor<Compressor>)
+          residual.add_values<float>("residual", me.codec->residual());
+        residual.add_values<std::uint64_t>("push/tables", me.push_tables);
+        residual.add_values<std::uint64_t>("push/keys", me.push_keys);
+        residual.add_values<float>("push/values", me.push_values);
         residual.commit(temporary / cat("worker-", w, ".ckpt"));
       }
     }
@@ -1027,15 +1057,36 @@ class trainer {
     if (me != nullptr && dense_seen != dense_rows_)
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_seen, " of the ",
                                    dense_rows_, " dense parameter rows"));
-    if constexpr (!lossless && compress::positional_compressor<Compressor>) {
+    if constexpr (!lossless) {
       if (me != nullptr) {
         // Residuals belong to a worker; they carry over only when the worker count matches.
         const auto file = dir / cat("worker-", worker_index(rank), ".ckpt");
+        std::optional<checkpoint_reader> saved;
         if (state.value<int>("meta/workers") == options_.workers && fs::exists(file))
-          me->codec->restore_residual(
-              checkpoint_reader(file).values<float>("residual", dense_count_));
-        else
-          me->codec->reset();
+          saved.emplace(file);
+        if constexpr (compress::positional_compressor<Compressor>) {
+          if (saved && saved->has("residual"))
+            me->codec->restore_residual(saved->values<float>("residual", dense_count_));
+          else
+            me->codec->reset();
+        }
+        me->push_tables.clear();
+        me->push_keys.clear();
+        me->push_values.clear();
+        if constexpr (on_ps && error_feedback) {
+          if (saved && saved->has("push/keys")) {
+            me->push_tables = saved->values<std::uint64_t>("push/tables");
+            me->push_keys = saved->values<std::uint64_t>("push/keys", me->push_tables.size());
+            std::size_t floats = 0;
+            for (auto t : me->push_tables) {
+              if (t >= map_->table_count())
+                fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": residual of table ",
+                                             t, " outside the ", map_->table_count(), " tables"));
+              floats += map_->spec(t).dim;
+            }
+            me->push_values = saved->values<float>("push/values", floats);
+          }
+        }
       }
     }
     const auto step = state.value<std::uint64_t>("meta/step");
