@@ -7,9 +7,9 @@
 //   int8+EF ctr_train --data train.tsv --eval-data eval.tsv --strategy ps --consistency async
 //   ctr_train --synthetic 200000 --checkpoint-dir ckpt --checkpoint-every 200
 //   ctr_train --synthetic 200000 --checkpoint-dir ckpt --resume
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "strata/comm/any_transport.hpp"
+#include "strata/comm/fault.hpp"
 #include "strata/compress/error_feedback.hpp"
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
@@ -29,7 +31,6 @@
 #include "strata/models/wide_deep.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/ftrl.hpp"
-#include "strata/comm/any_transport.hpp"
 #include "strata/train/trainer.hpp"
 #if defined(STRATA_WITH_MPI)  // built with the strata::mpi target: runs under mpirun too
 #include "strata/mpi/environment.hpp"
@@ -54,6 +55,8 @@ struct flags {
   float lr = 0.05f;
   bool skip_bad_lines = false;
   bool tiny = false;
+  int crash_rank = -1;            ///< fault rehearsal: this rank ...
+  std::uint64_t crash_after = 0;  ///< ... fails on its n-th send
   train::trainer_options options;
   /// Under mpirun: this process's endpoint (one rank per process); null = ranks as threads.
   comm::any_transport* process = nullptr;
@@ -77,6 +80,9 @@ struct flags {
       "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
       "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
       "  --tiny                          small MLPs (quick runs)\n"
+      "  --crash-rank R --crash-after-sends N   fault rehearsal: rank R fails on its N-th send\n"
+      "                                (threads: an error stops every rank; mpirun: the process "
+      "dies)\n"
       "  --no-progress\n");
   std::exit(code);
 }
@@ -168,11 +174,17 @@ flags parse(int argc, char** argv) {
       f.tiny = true;
     else if (a == "--no-progress")
       f.options.progress = false;
+    else if (a == "--crash-rank")
+      f.crash_rank = static_cast<int>(count());
+    else if (a == "--crash-after-sends")
+      f.crash_after = count();
     else
       fail(errc::invalid_argument, cat("unknown flag '", a, "'; see --help"));
   }
   f.options.link.bandwidth_bytes_per_second = link_gbps * 1e9 / 8;
   f.options.link.latency_seconds = link_latency_us * 1e-6;
+  f.options.fail_rank = f.crash_rank;
+  f.options.fail_on_send = f.crash_after;
   STRATA_EXPECTS(f.table_rows >= 1, "--table-rows must be at least 1");
   STRATA_EXPECTS(f.dim >= 1, "--dim must be at least 1");
   return f;
@@ -212,8 +224,9 @@ datasets load_data(const flags& f) {
   const auto path = dir / cat("synthetic-", gen.rows, "-", gen.seed, "-", ::getpid(), ".tsv");
   const auto report = data::write_synthetic_criteo(path, gen);
   d.teacher_auc = report.teacher_auc;
-  if (f.leader()) log_line(cat("synthetic data: ", report.rows, " rows, CTR ", report.positive_rate,
-               ", teacher AUC ", report.teacher_auc, " (", path.string(), ")"));
+  if (f.leader())
+    log_line(cat("synthetic data: ", report.rows, " rows, CTR ", report.positive_rate,
+                 ", teacher AUC ", report.teacher_auc, " (", path.string(), ")"));
   auto all = data::load_criteo(path, reader);
   std::filesystem::remove(path);
   // The last eval_samples rows are held out.
@@ -274,15 +287,17 @@ template <class Model, class Storage, class Communicator>
 void with_compressor(const flags& f, const typename Model::config& config,
                      typename Storage::optimizer_type optimizer, const datasets& d) {
   if (f.compressor == "none")
-    return run<train::trainer<Model, Storage, Communicator, compress::identity, comm::any_transport>>(f, config,
-                                                                                 optimizer, d);
+    return run<
+        train::trainer<Model, Storage, Communicator, compress::identity, comm::any_transport>>(
+        f, config, optimizer, d);
   if (f.compressor == "fp16")
-    return run<train::trainer<Model, Storage, Communicator, compress::fp16, comm::any_transport>>(f, config, optimizer,
-                                                                             d);
+    return run<train::trainer<Model, Storage, Communicator, compress::fp16, comm::any_transport>>(
+        f, config, optimizer, d);
   if (f.compressor == "int8")
-    return run<train::trainer<Model, Storage, Communicator,
-                              compress::error_feedback<compress::int8_block<256>>,
-                              comm::any_transport>>(f, config, optimizer, d);
+    return run<
+        train::trainer<Model, Storage, Communicator,
+                       compress::error_feedback<compress::int8_block<256>>, comm::any_transport>>(
+        f, config, optimizer, d);
   fail(errc::invalid_argument,
        cat("--compressor must be none, fp16 or int8, got '", f.compressor, "'"));
 }
@@ -318,8 +333,9 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
       embedding_bytes += t.rows * t.dim * sizeof(float);
     const std::uint64_t dense_bytes = probe.parameters().size() * sizeof(float);
     strategy = train::choose_strategy(embedding_bytes, dense_bytes);
-    if (f.leader()) log_line(cat("--strategy auto: embeddings ", embedding_bytes >> 20, " MiB, dense ",
-                 dense_bytes >> 10, " KiB -> ", strategy));
+    if (f.leader())
+      log_line(cat("--strategy auto: embeddings ", embedding_bytes >> 20, " MiB, dense ",
+                   dense_bytes >> 10, " KiB -> ", strategy));
   }
   if (strategy == "allreduce") {
     if (f.consistency != "sync")
@@ -351,6 +367,7 @@ int main(int argc, char** argv) {
 #if defined(STRATA_WITH_MPI)
     std::optional<mpi::environment> mpi_env;
     std::optional<mpi::transport> mpi_endpoint;
+    std::optional<comm::crash_after<mpi::transport>> crashing;
     std::optional<comm::any_transport> endpoint;
     if (launched_by_mpi()) {
       // One rank per process; --servers S makes the last S ranks servers (PS strategies).
@@ -358,7 +375,9 @@ int main(int argc, char** argv) {
       mpi::transport_options to;
       to.timeout_seconds = f.options.timeout_seconds;
       mpi_endpoint.emplace(to);
-      endpoint.emplace(*mpi_endpoint);
+      const bool crash_here = f.crash_rank == mpi_endpoint->rank();
+      crashing.emplace(*mpi_endpoint, crash_here ? f.crash_after : 0);
+      endpoint.emplace(*crashing);
       f.process = &*endpoint;
       const int size = mpi_endpoint->size();
       const bool ps_ranks = f.strategy != "allreduce" && f.options.servers > 0;
@@ -371,7 +390,9 @@ int main(int argc, char** argv) {
     }
 #else
     if (launched_by_mpi())
-      fail(errc::unsupported, "ctr_train was built without MPI (strata::mpi); install libopenmpi-dev and rebuild to run it under mpirun");
+      fail(errc::unsupported,
+           "ctr_train was built without MPI (strata::mpi); install libopenmpi-dev and rebuild to "
+           "run it under mpirun");
 #endif
     const datasets d = load_data(f);
     STRATA_EXPECTS(d.train.size() > 0, "no training data");

@@ -37,9 +37,11 @@ struct trainer_options {
   double timeout_seconds = 300;              ///< transport timeout (a peer that stops answering)
   comm::link_model link{};                   ///< emulated network between ranks
   std::vector<double> send_delay_seconds{};  ///< per-rank straggler emulation
-  bool fp16_pulls = false;                   ///< PS pulls travel as fp16
-  float embedding_init_scale = 0.0f;         ///< uniform init half-width (0 = 1/sqrt(dim))
-  bool progress = true;                      ///< live progress line on stderr
+  int fail_rank = -1;                        ///< fault rehearsal (threads): this rank fails ...
+  std::uint64_t fail_on_send = 0;  ///< ... on its n-th send, and the whole run stops with the error
+  bool fp16_pulls = false;         ///< PS pulls travel as fp16
+  float embedding_init_scale = 0.0f;  ///< uniform init half-width (0 = 1/sqrt(dim))
+  bool progress = true;               ///< live progress line on stderr
 
   void check() const {
     STRATA_EXPECTS(workers >= 1, "trainer: workers must be ≥ 1, got ", workers);

@@ -233,6 +233,12 @@ class trainer {
     wo.timeout_seconds = options_.timeout_seconds;
     wo.link = options_.link;
     wo.send_delay_seconds = options_.send_delay_seconds;
+    if (options_.fail_rank >= 0 && options_.fail_on_send > 0) {
+      STRATA_EXPECTS(options_.fail_rank < ranks(), "trainer: fail_rank ", options_.fail_rank,
+                     " outside the ", ranks(), " ranks");
+      wo.fail_on_send.assign(static_cast<std::size_t>(ranks()), 0);
+      wo.fail_on_send[static_cast<std::size_t>(options_.fail_rank)] = options_.fail_on_send;
+    }
     comm::thread_world world(ranks(), wo);
     stopwatch clock;
     outcome result;
