@@ -15,6 +15,7 @@
 
 #include "strata/core/buffer.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/key_index.hpp"
 #include "strata/core/matrix.hpp"
 #include "strata/core/rng.hpp"
 #include "strata/embedding/concepts.hpp"
@@ -61,7 +62,6 @@ class hash_table {
       table tab;
       tab.spec = std::move(specs[t]);
       tab.state_floats = Optimizer::state_floats(tab.spec.dim);
-      tab.slots.assign(16, slot{});
       tables_.push_back(std::move(tab));
     }
   }
@@ -105,7 +105,7 @@ class hash_table {
   }
   /// Number of rows created in table t.
   [[nodiscard]] std::size_t size(std::size_t t) const {
-    return checked(t, "hash_table::size").row_keys.size();
+    return checked(t, "hash_table::size").index.size();
   }
   /// Weights of row `key` of table t, creating the row if needed (e.g. to load a checkpoint).
   [[nodiscard]] std::span<float> row(std::size_t t, std::uint64_t key) {
@@ -129,17 +129,17 @@ class hash_table {
   void for_each_row(std::size_t t, Fn&& fn) const {
     const table& tab = checked(t, "hash_table::for_each_row");
     auto& mut = const_cast<table&>(tab);
-    for (std::size_t r = 0; r < tab.row_keys.size(); ++r) {
+    const auto keys = tab.index.keys();
+    for (std::size_t r = 0; r < keys.size(); ++r) {
       const auto ref = ref_of(mut, r);
-      fn(tab.row_keys[r], std::span<const float>(ref.weights), std::span<const float>(ref.state));
+      fn(keys[r], std::span<const float>(ref.weights), std::span<const float>(ref.state));
     }
   }
 
   /// Bytes held by table t: index slots, row → key array and allocated arena chunks.
   [[nodiscard]] std::size_t memory_bytes(std::size_t t) const {
     const table& tab = checked(t, "hash_table::memory_bytes");
-    std::size_t bytes =
-        tab.slots.capacity() * sizeof(slot) + tab.row_keys.capacity() * sizeof(std::uint64_t);
+    std::size_t bytes = tab.index.memory_bytes();
     for (const auto& c : tab.weight_chunks)
       bytes += c.size() * sizeof(float);
     for (const auto& c : tab.state_chunks)
@@ -148,16 +148,11 @@ class hash_table {
   }
 
  private:
-  static constexpr std::uint64_t npos = ~std::uint64_t{0};
-  struct slot {
-    std::uint64_t key = 0;
-    std::uint64_t row = npos;  // npos: empty
-  };
+  static constexpr std::uint64_t npos = key_index::npos;
   struct table {
     table_spec spec;
     std::size_t state_floats = 0;
-    std::vector<slot> slots;  // power-of-two size
-    std::vector<std::uint64_t> row_keys;
+    key_index index;  // key → row (and row → key)
     std::vector<aligned_buffer<float>> weight_chunks;
     std::vector<aligned_buffer<float>> state_chunks;
     optim::sparse_gradient summed;       // reusable workspace
@@ -165,43 +160,18 @@ class hash_table {
     std::vector<std::uint64_t> created;  // rows created by the current call
   };
 
-  static std::uint64_t hash(std::uint64_t key) noexcept { return mix_ids(key, 0x5bd1e995u); }
-
   static std::uint64_t find(const table& tab, std::uint64_t key) noexcept {
-    const std::size_t mask = tab.slots.size() - 1;
-    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask) {
-      const slot& s = tab.slots[i];
-      if (s.row == npos) return npos;
-      if (s.key == key) return s.row;
-    }
-  }
-
-  static void place(std::vector<slot>& slots, std::uint64_t key, std::uint64_t row) noexcept {
-    const std::size_t mask = slots.size() - 1;
-    std::size_t i = hash(key) & mask;
-    while (slots[i].row != npos)
-      i = (i + 1) & mask;
-    slots[i] = {key, row};
+    return tab.index.find(key);
   }
 
   /// Row of `key`, inserting it (uninitialised weights, zero state) when absent.
   static std::uint64_t find_or_insert(table& tab, std::uint64_t key, bool& inserted) {
-    inserted = false;
-    if (const auto r = find(tab, key); r != npos) return r;
-    if ((tab.row_keys.size() + 1) * 10 > tab.slots.size() * 7) {
-      std::vector<slot> grown(tab.slots.size() * 2);
-      for (std::uint64_t r = 0; r < tab.row_keys.size(); ++r)
-        place(grown, tab.row_keys[r], r);
-      tab.slots = std::move(grown);
-    }
-    const std::uint64_t r = tab.row_keys.size();
-    place(tab.slots, key, r);
-    tab.row_keys.push_back(key);
-    if (r / chunk_rows >= tab.weight_chunks.size()) {
+    const auto [r, added] = tab.index.find_or_insert(key);
+    inserted = added;
+    if (added && r / chunk_rows >= tab.weight_chunks.size()) {
       tab.weight_chunks.emplace_back(chunk_rows * tab.spec.dim);
       if (tab.state_floats > 0) tab.state_chunks.emplace_back(chunk_rows * tab.state_floats);
     }
-    inserted = true;
     return r;
   }
 
@@ -230,7 +200,7 @@ class hash_table {
     const auto init = [&](std::size_t first, std::size_t last) {
       for (std::size_t j = first; j < last; ++j) {
         const std::uint64_t r = tab.created[j];
-        init_.fill(t, tab.row_keys[r], ref_of(tab, r).weights);
+        init_.fill(t, tab.index.keys()[r], ref_of(tab, r).weights);
       }
     };
     if (tab.created.size() < 1024) {

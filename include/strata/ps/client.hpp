@@ -23,7 +23,6 @@
 #include <optional>
 #include <span>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -33,6 +32,7 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/key_index.hpp"
 #include "strata/core/matrix.hpp"
 #include "strata/optim/sparse_gradient.hpp"
 #include "strata/ps/consistency.hpp"
@@ -98,7 +98,8 @@ static_assert(comm::transport<shared_endpoint<comm::thread_transport>>);
 ///   all its earlier requests were handled.
 /// Errors: a bad key raises `errc::out_of_range` naming table, key and range before anything
 /// is sent; a server's error reply is raised here (after the other replies were drained).
-/// Cost: O(n log n) for the de-duplication sort plus O(unique · dim) copies; buffers are reused.
+/// Cost: one flat-index probe per key, a sort of the unique keys, O(unique · dim) copies;
+/// buffers are reused.
 /// Thread-safety: one client per worker thread; not thread-safe.
 template <consistency Consistency, comm::transport Transport = comm::thread_transport,
           compress::compressor PushCodec = compress::identity>
@@ -279,8 +280,9 @@ class client {
   void for_each_residual(Fn&& fn) const {
     for (std::size_t t = 0; t < residuals_.size(); ++t) {
       const std::size_t dim = map_.spec(t).dim;
-      for (const auto& [key, slot] : residuals_[t].slot)
-        fn(t, key, std::span<const float>(residuals_[t].data.data() + slot * dim, dim));
+      const auto keys = residuals_[t].index.keys();
+      for (std::size_t slot = 0; slot < keys.size(); ++slot)
+        fn(t, keys[slot], std::span<const float>(residuals_[t].data.data() + slot * dim, dim));
     }
   }
   /// Sets the error-feedback residual of row `key` of table t (see for_each_residual).
@@ -297,15 +299,15 @@ class client {
     map_.check_table(t, "ps::client::residual");
     const auto& store = residuals_[t];
     const std::size_t dim = map_.spec(t).dim;
-    const auto it = store.slot.find(key);
-    if (it == store.slot.end()) return std::vector<float>(dim, 0.0f);
-    const float* r = store.data.data() + it->second * dim;
+    const std::uint64_t slot = store.index.find(key);
+    if (slot == key_index::npos) return std::vector<float>(dim, 0.0f);
+    const float* r = store.data.data() + slot * dim;
     return {r, r + dim};
   }
 
  private:
   struct residual_store {
-    std::unordered_map<std::uint64_t, std::size_t> slot;
+    key_index index;  // key → slot
     std::vector<float> data;
   };
 
@@ -325,24 +327,34 @@ class client {
 
   float* residual_row(std::size_t table, std::uint64_t key, std::size_t dim) {
     auto& store = residuals_[table];
-    auto [it, inserted] = store.slot.try_emplace(key, store.data.size() / dim);
+    const auto [slot, inserted] = store.index.find_or_insert(key);
     if (inserted) store.data.resize(store.data.size() + dim, 0.0f);
-    return store.data.data() + it->second * dim;
+    return store.data.data() + slot * dim;
   }
 
-  /// unique_ ← sorted unique keys; slot_of_[i] ← index of keys[i] in unique_.
+  /// unique_ ← the distinct keys, ascending (the protocol's order); slot_of_[i] ← index of
+  /// keys[i] in unique_. One flat-index probe per key, then a sort of the distinct keys only
+  /// (with Zipf ids far fewer than n).
   void deduplicate(std::span<const std::uint64_t> keys) {
     const std::size_t n = keys.size();
-    order_.resize(n);
-    for (std::size_t i = 0; i < n; ++i)
-      order_[i] = {keys[i], i};
-    std::sort(order_.begin(), order_.end());
-    unique_.clear();
+    seen_.clear();
+    seen_.reserve(n);
     slot_of_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i == 0 || order_[i].first != order_[i - 1].first) unique_.push_back(order_[i].first);
-      slot_of_[order_[i].second] = unique_.size() - 1;
+    for (std::size_t i = 0; i < n; ++i)
+      slot_of_[i] = seen_.find_or_insert(keys[i]).first;
+    const auto distinct = seen_.keys();
+    order_.resize(distinct.size());
+    for (std::size_t u = 0; u < distinct.size(); ++u)
+      order_[u] = {distinct[u], u};
+    std::sort(order_.begin(), order_.end());
+    unique_.resize(distinct.size());
+    rank_.resize(distinct.size());
+    for (std::size_t r = 0; r < order_.size(); ++r) {
+      unique_[r] = order_[r].first;
+      rank_[order_[r].second] = r;
     }
+    for (auto& slot : slot_of_)
+      slot = rank_[slot];
   }
   void partition(std::size_t table) {
     for (auto& k : server_keys_)
@@ -405,7 +417,9 @@ class client {
   int worker_ = 0;
   std::vector<std::uint64_t> steps_;
   std::vector<residual_store> residuals_;
+  key_index seen_;  // de-duplication of the current pull
   std::vector<std::pair<std::uint64_t, std::size_t>> order_;
+  std::vector<std::size_t> rank_;
   std::vector<std::uint64_t> unique_;
   std::vector<std::size_t> slot_of_;
   std::vector<std::vector<std::uint64_t>> server_keys_;

@@ -20,7 +20,6 @@
 #include <span>
 #include <thread>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,6 +30,7 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/key_index.hpp"
 #include "strata/core/rng.hpp"
 #include "strata/embedding/init.hpp"
 #include "strata/optim/concepts.hpp"
@@ -63,7 +63,8 @@ struct shard_stats {
 
 /// One parameter-server shard.
 ///
-/// Rows live in `stripes` hash maps per table (key → slot in a float array holding the weights
+/// Rows live in `stripes` flat hash indexes per table (`key_index`: key → slot in a float array
+/// holding the weights
 /// followed by `Optimizer::state_floats(dim)` state), each under its own mutex, so fixed and
 /// unbounded tables both work and requests of many workers run concurrently without races. A
 /// row is created on first touch with `uniform_init` values of (seed, table, key), so every
@@ -83,8 +84,8 @@ struct shard_stats {
 ///
 /// Thread-safety: `serve` must run on one thread at a time; `stats`, `for_each_row`,
 /// `import_row` may be called concurrently with it (they take the stripe locks).
-/// Costs: a pull or push is O(keys · dim) plus one hash lookup per key; sync adds a sort of
-/// the step's keys.
+/// Costs: a pull or push is O(keys · dim) plus one flat-index probe per key and one lock per
+/// stripe touched (keys grouped by stripe); sync adds a sort of the step's keys.
 template <optim::sparse_optimizer Optimizer, consistency Consistency,
           compress::compressor PushCodec = compress::identity>
 class server {
@@ -223,7 +224,7 @@ class server {
     for (std::size_t s = 0; s < options_.stripes; ++s) {
       auto& st = tables_[t]->stripes[s];
       std::lock_guard lock(st.mutex);
-      n += st.slot.size();
+      n += st.index.size();
     }
     return n;
   }
@@ -237,9 +238,10 @@ class server {
       for (std::size_t s = 0; s < options_.stripes; ++s) {
         auto& st = tab.stripes[s];
         std::lock_guard lock(st.mutex);
-        for (const auto& [key, slot] : st.slot) {
+        const auto keys = st.index.keys();
+        for (std::size_t slot = 0; slot < keys.size(); ++slot) {
           const float* row = st.data.data() + slot * tab.row_floats;
-          fn(t, key, std::span<const float>(row, tab.dim),
+          fn(t, keys[slot], std::span<const float>(row, tab.dim),
              std::span<const float>(row + tab.dim, tab.state_floats));
         }
       }
@@ -270,8 +272,8 @@ class server {
  private:
   struct stripe {
     mutable std::mutex mutex;
-    std::unordered_map<std::uint64_t, std::size_t> slot;
-    std::vector<float> data;
+    key_index index;          // key → slot
+    std::vector<float> data;  // slot · row_floats: weights, then optimizer state
   };
   struct parked_pull {
     int worker = 0;
@@ -297,19 +299,59 @@ class server {
     std::vector<parked_pull> parked;
   };
 
+  std::size_t stripe_index(std::uint64_t key) const noexcept {
+    return mix_ids(key, 0x57A1Eull) & (options_.stripes - 1);
+  }
   stripe& stripe_of(const table_state& tab, std::uint64_t key) const noexcept {
-    return tab.stripes[mix_ids(key, 0x57A1Eull) & (options_.stripes - 1)];
+    return tab.stripes[stripe_index(key)];
+  }
+
+  /// Calls `fn(i, row)` for every keys[i] (row created on first touch), taking each stripe's
+  /// lock once: the keys are grouped by stripe with a counting sort (this call's scratch), so
+  /// a request of n keys costs ≤ `stripes` lock round trips instead of n.
+  template <class Fn>
+  void for_each_key_row(table_state& tab, std::size_t table, std::span<const std::uint64_t> keys,
+                        Fn&& fn) {
+    const std::size_t stripes = options_.stripes, n = keys.size();
+    if (stripes == 1 || n < 2 * stripes) {
+      for (std::size_t i = 0; i < n; ++i) {
+        auto& st = stripe_of(tab, keys[i]);
+        std::lock_guard lock(st.mutex);
+        fn(i, find_or_create(tab, st, table, keys[i]));
+      }
+      return;
+    }
+    std::vector<std::uint32_t> start(stripes + 1, 0), order(n);
+    std::vector<std::uint32_t> which(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      which[i] = static_cast<std::uint32_t>(stripe_index(keys[i]));
+      ++start[which[i] + 1];
+    }
+    for (std::size_t s = 0; s < stripes; ++s)
+      start[s + 1] += start[s];
+    {
+      std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
+      for (std::size_t i = 0; i < n; ++i)
+        order[next[which[i]]++] = static_cast<std::uint32_t>(i);
+    }
+    for (std::size_t s = 0; s < stripes; ++s) {
+      if (start[s] == start[s + 1]) continue;
+      auto& st = tab.stripes[s];
+      std::lock_guard lock(st.mutex);
+      for (std::uint32_t j = start[s]; j < start[s + 1]; ++j)
+        fn(order[j], find_or_create(tab, st, table, keys[order[j]]));
+    }
   }
   /// The row of `key` (weights then state); the stripe lock must be held.
   float* find_or_create(table_state& tab, stripe& st, std::size_t t, std::uint64_t key) {
-    auto [it, inserted] = st.slot.try_emplace(key, st.data.size() / tab.row_floats);
+    const auto [slot, inserted] = st.index.find_or_insert(key);
     if (inserted) {
       st.data.resize(st.data.size() + tab.row_floats, 0.0f);
-      float* row = st.data.data() + it->second * tab.row_floats;
+      float* row = st.data.data() + slot * tab.row_floats;
       options_.init.fill(t, key, std::span<float>(row, tab.dim));
       return row;
     }
-    return st.data.data() + it->second * tab.row_floats;
+    return st.data.data() + slot * tab.row_floats;
   }
 
   template <comm::transport T>
@@ -496,18 +538,14 @@ class server {
     const auto payload = start_message(reply, h);
     std::vector<float> staged(pull.codec == wire_codec::fp16 ? dim : 0);
     const compress::fp16 half;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t key = pull.keys[i];
-      auto& st = stripe_of(tab, key);
-      std::lock_guard lock(st.mutex);
-      const float* row = find_or_create(tab, st, table, key);
+    for_each_key_row(tab, table, pull.keys, [&](std::size_t i, const float* row) {
       if (pull.codec == wire_codec::fp32) {
         std::memcpy(payload.data() + i * dim * 4, row, dim * 4);
       } else {
         std::copy(row, row + dim, staged.begin());
         half.encode(staged, payload.subspan(i * dim * 2, dim * 2));
       }
-    }
+    });
     pull_requests_.fetch_add(1, std::memory_order_relaxed);
     keys_pulled_.fetch_add(n, std::memory_order_relaxed);
     send(t, map_.roles().worker_rank(pull.worker), reply);
@@ -572,16 +610,11 @@ class server {
   void apply_rows(table_state& tab, std::size_t table, std::span<const std::uint64_t> keys,
                   std::span<const float> grads) {
     const std::size_t dim = tab.dim;
-    const auto body = [&](std::size_t first, std::size_t last) {
-      for (std::size_t i = first; i < last; ++i) {
-        auto& st = stripe_of(tab, keys[i]);
-        std::lock_guard lock(st.mutex);
-        float* row = find_or_create(tab, st, table, keys[i]);
-        optimizer_.apply(std::span<float>(row, dim), std::span<float>(row + dim, tab.state_floats),
-                         grads.subspan(i * dim, dim));
-      }
-    };
-    body(0, keys.size());  // parallelism comes from serving several workers at once
+    // Parallelism comes from serving several workers at once.
+    for_each_key_row(tab, table, keys, [&](std::size_t i, float* row) {
+      optimizer_.apply(std::span<float>(row, dim), std::span<float>(row + dim, tab.state_floats),
+                       grads.subspan(i * dim, dim));
+    });
   }
 
   /// sync: applies every complete step in order (called with the table mutex held; releases
