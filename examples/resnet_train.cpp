@@ -8,7 +8,10 @@
 ///   resnet_train [--workers 2] [--batch 128] [--epochs 1] [--lr 0.1] [--depth-n 3]
 ///                [--train-limit N] [--test-limit N] [--data-dir DIR] [--seed 1]
 ///                [--compress none|fp16|int8] [--optimizer momentum|adam]
-///                [--local-bn] [--csv PATH]
+///                [--local-bn] [--augment] [--csv PATH]
+///
+/// --augment: random crop (2 pixels of black padding) and left-right flip of every training
+/// image, chosen by (seed, epoch, image index) — the same on any worker count.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in Eigen
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include "strata/compress/int8_block.hpp"
 #include "strata/core/progress.hpp"
 #include "strata/core/timer.hpp"
+#include "strata/data/augment.hpp"
 #include "strata/data/idx.hpp"
 #include "strata/data/metrics.hpp"
 #include "strata/data/sampler.hpp"
@@ -45,7 +49,7 @@ struct flags {
   std::uint64_t seed = 1;
   std::string data_dir = data::fashion_mnist_dir.string(), compress = "none",
               optimizer = "momentum", csv;
-  bool local_bn = false;
+  bool local_bn = false, augment = false;
 
   static flags parse(int argc, char** argv) {
     flags f;
@@ -54,6 +58,10 @@ struct flags {
       const std::string a = argv[i];
       if (a == "--local-bn") {
         f.local_bn = true;
+        continue;
+      }
+      if (a == "--augment") {
+        f.augment = true;
         continue;
       }
       if (a.rfind("--", 0) != 0 || i + 1 >= argc)
@@ -134,7 +142,8 @@ int main(int argc, char** argv) {
     log_line(cat("resnet_train: ResNet-", 6 * f.depth_n + 2, ", ", f.workers,
                  " workers, global batch ", f.batch, ", ", n_train, " training / ", n_test,
                  " test images, lr ", f.lr, ", ", f.optimizer, ", compression ", f.compress,
-                 f.local_bn ? ", per-worker BN" : ", synchronised BN"));
+                 f.local_bn ? ", per-worker BN" : ", synchronised BN",
+                 f.augment ? ", crop+flip augmentation" : ""));
 
     std::vector<double> accuracy(f.epochs, 0.0);
     std::vector<double> epoch_loss(f.epochs, 0.0);
@@ -154,6 +163,8 @@ int main(int argc, char** argv) {
       nn::adam adam(f.lr);
       std::vector<float> images(local * 784), logits(local * 10), d(local * 10);
       std::vector<std::uint8_t> labels(local);
+      const data::augmenter augment(
+          {28, 28, 1}, {.pad = 2, .flip = true, .fill = data::fashion_mnist_black, .seed = f.seed});
       std::optional<progress> bar;
       if (rank == 0) bar.emplace("train", steps * f.epochs, "steps");
       for (std::size_t e = 0; e < f.epochs; ++e) {
@@ -169,7 +180,11 @@ int main(int argc, char** argv) {
               f.lr * 0.5f * (1.0f + static_cast<float>(std::cos(M_PI * progress_frac)));
           const auto idx = sampler.batch(s);
           for (std::size_t i = 0; i < local; ++i) {
-            std::ranges::copy(train.images.row(idx[i]), images.begin() + long(i * 784));
+            if (f.augment)
+              augment.apply(train.images.row(idx[i]), std::span(images).subspan(i * 784, 784), e,
+                            idx[i]);
+            else
+              std::ranges::copy(train.images.row(idx[i]), images.begin() + long(i * 784));
             labels[i] = train.labels[idx[i]];
           }
           net.forward({images.data(), local, 784}, {logits.data(), local, 10});

@@ -145,6 +145,8 @@ inline const std::filesystem::path fashion_mnist_dir = "/usr/share/datasets/fash
 /// [0, 1] (over all 60000 × 784 pixels); used to normalise both splits.
 inline constexpr float fashion_mnist_mean = 0.2860f;
 inline constexpr float fashion_mnist_std = 0.3530f;
+/// The normalised value of a black (0) pixel: what zero padding is for normalised images.
+inline constexpr float fashion_mnist_black = -fashion_mnist_mean / fashion_mnist_std;
 
 /// Which half of an MNIST-style dataset.
 enum class mnist_split { train, test };
