@@ -2,7 +2,12 @@
 // against the CPU implementations (strata::nn) or a float64 reference.
 #include "cuda/test_support.cuh"
 
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "cuda/cpu_reference.hpp"
 #include "strata/cuda/dense.cuh"
@@ -191,5 +196,23 @@ TEST_CASE("cuda: nccl_allreduce on a one-rank communicator is the identity", "[c
   sc::nccl_allreduce(comm, d.data(), r.data(), 3, s);
   cuda_test::require_bits_equal(r.download(), x);
   CHECK_THROWS_AS(sc::communicator(id, 2, 1), strata::error);
+}
+
+TEST_CASE("cuda: the NCCL id travels through a shared file to the other ranks", "[cuda]") {
+  if (skip_without_gpu()) return;
+  const auto where =
+      std::filesystem::temp_directory_path() / ("strata_nccl_id_" + std::to_string(::getpid()));
+  std::filesystem::remove(where);
+  ncclUniqueId seen{};
+  std::thread other([&] { seen = sc::unique_id_via_file(where, 1, 30.0); });
+  const ncclUniqueId made = sc::unique_id_via_file(where, 0);
+  other.join();
+  CHECK(std::memcmp(&seen, &made, sizeof(ncclUniqueId)) == 0);
+  // The id works: a one-rank communicator made from it.
+  sc::communicator comm(made, 0, 1);
+  CHECK(comm.size() == 1);
+  // A leftover file is refused rather than handing a stale id to the next job.
+  CHECK_THROWS_AS(sc::unique_id_via_file(where, 0), strata::error);
+  std::filesystem::remove(where);
 }
 #endif

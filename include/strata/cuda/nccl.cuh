@@ -1,7 +1,8 @@
 /// @file nccl.cuh
 /// NCCL on top of strata: `check(ncclResult_t)`, a communicator bootstrapped from an
-/// ncclUniqueId the caller distributes over any strata transport (e.g. rank 0 calls
-/// `make_unique_id()` and strata::comm::broadcast sends `id_bytes(id)` to the others), and
+/// ncclUniqueId distributed either over any strata transport (rank 0 calls `make_unique_id()`
+/// and strata::comm::broadcast sends `id_bytes(id)` to the others — the MPI bootstrap) or
+/// through a file on a shared filesystem (`unique_id_via_file`, when there is no MPI), and
 /// `nccl_allreduce`. strata's own ring over ncclSend/ncclRecv is not provided (use NCCL's).
 #pragma once
 
@@ -11,11 +12,13 @@
 #endif
 
 #include <cstddef>
+#include <filesystem>
 #include <span>
 #include <utility>
 
 #include <nccl.h>
 
+#include "strata/comm/file_rendezvous.hpp"
 #include "strata/cuda/common.cuh"
 
 namespace strata::cuda {
@@ -37,6 +40,23 @@ inline ncclUniqueId make_unique_id() {
 /// The id's bytes, for sending over a strata transport.
 inline std::span<std::byte> id_bytes(ncclUniqueId& id) noexcept {
   return std::as_writable_bytes(std::span<ncclUniqueId, 1>(&id, 1));
+}
+
+/// The job's NCCL unique id through the file `path` (on a filesystem every rank shares, unique
+/// to this job): rank 0 creates and publishes it (comm::publish_file: atomic, never overwrites
+/// a leftover), every other rank waits up to `timeout_seconds` for it (comm::await_file:
+/// `errc::timeout` naming the path, not a hang).
+inline ncclUniqueId unique_id_via_file(const std::filesystem::path& path, int rank,
+                                       double timeout_seconds = 60.0) {
+  STRATA_EXPECTS(rank >= 0, "cuda::unique_id_via_file: rank must be >= 0, got ", rank);
+  ncclUniqueId id{};
+  if (rank == 0) {
+    id = make_unique_id();
+    comm::publish_file(path, id_bytes(id));
+  } else {
+    comm::await_file(path, id_bytes(id), timeout_seconds);
+  }
+  return id;
 }
 
 /// Owns an ncclComm_t for (rank, size) created from the shared id (ncclCommInitRank; blocks
