@@ -71,7 +71,7 @@ double time_allreduce(int n, std::size_t count, int repeats, ring_allreduce algo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto o = bench::options::parse(argc, argv);
+  const auto o = bench::options::parse(argc, argv, {}, {"--ranks", "--max-mib", "--chunk-kib"});
   const auto ranks = parse_ranks(o.get("--ranks", o.quick ? "2,4" : "2,4,8"));
   const std::size_t max_mib = std::stoul(o.get("--max-mib", o.quick ? "16" : "256"));
   ring_allreduce algorithm;

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -36,17 +38,46 @@ struct options {
   bool quick = false;     ///< --quick: smallest sizes only (CI smoke run)
   std::vector<std::string> rest;
 
-  static options parse(int argc, char** argv) {
+  /// Reads --json PATH and --quick, plus this bench's own `switches` (flags without a value)
+  /// and `valued` flags (followed by a value), which land in `rest`. `--help` prints the usage
+  /// and exits 0; an unknown flag or a missing value prints what is wrong and the usage to
+  /// stderr and exits 2 — a mistyped flag never runs a (long) benchmark with defaults.
+  static options parse(int argc, char** argv, std::initializer_list<std::string_view> switches = {},
+                       std::initializer_list<std::string_view> valued = {}) {
+    const std::string_view program = argc > 0 ? argv[0] : "bench";
+    std::string usage = std::string("usage: ") + std::string(program) + " [--quick] [--json PATH]";
+    for (const auto flag : switches)
+      usage += std::string(" [") + std::string(flag) + "]";
+    for (const auto flag : valued)
+      usage += std::string(" [") + std::string(flag) + " VALUE]";
+    const auto refuse = [&](const std::string& why) {
+      std::fprintf(stderr, "%s: %s\n%s\n", std::string(program).c_str(), why.c_str(),
+                   usage.c_str());
+      std::exit(2);
+    };
+    const auto listed = [](std::initializer_list<std::string_view> flags, std::string_view arg) {
+      return std::find(flags.begin(), flags.end(), arg) != flags.end();
+    };
     options o;
     for (int i = 1; i < argc; ++i) {
       const std::string_view arg = argv[i];
-      if (arg == "--json") {
-        STRATA_EXPECTS(i + 1 < argc, "--json needs a file path");
-        o.json_path = argv[++i];
+      if (arg == "--help" || arg == "-h") {
+        std::printf("%s\n", usage.c_str());
+        std::exit(0);
+      } else if (arg == "--json" || listed(valued, arg)) {
+        if (i + 1 >= argc) refuse(std::string(arg) + " needs a value");
+        if (arg == "--json") {
+          o.json_path = argv[++i];
+        } else {
+          o.rest.emplace_back(arg);
+          o.rest.emplace_back(argv[++i]);
+        }
       } else if (arg == "--quick") {
         o.quick = true;
-      } else {
+      } else if (listed(switches, arg)) {
         o.rest.emplace_back(arg);
+      } else {
+        refuse("unknown flag '" + std::string(arg) + "'");
       }
     }
     return o;

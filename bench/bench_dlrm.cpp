@@ -108,7 +108,7 @@ std::map<std::pair<std::size_t, int>, double> run_peer(const bench::options& o,
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto o = bench::options::parse(argc, argv);
+  const auto o = bench::options::parse(argc, argv, {}, {"--peer", "--python"});
   const std::vector<std::size_t> batches =
       o.quick ? std::vector<std::size_t>{128} : std::vector<std::size_t>{128, 2048};
   const int threads = tbb::this_task_arena::max_concurrency();

@@ -166,7 +166,7 @@ std::map<std::string, std::pair<double, double>> parse_peer(const std::string& j
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto opts = bench::options::parse(argc, argv);
+  const auto opts = bench::options::parse(argc, argv, {"--no-torch"}, {"--peer"});
   const bool use_torch =
       std::find(opts.rest.begin(), opts.rest.end(), "--no-torch") == opts.rest.end();
   const std::string peer = opts.get(

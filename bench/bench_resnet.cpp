@@ -105,7 +105,7 @@ std::map<int, double> run_peer(const bench::options& o, std::size_t batch, std::
 
 int main(int argc, char** argv) {
   try {
-    const auto o = bench::options::parse(argc, argv);
+    const auto o = bench::options::parse(argc, argv, {}, {"--peer", "--python"});
     const std::size_t batch = std::stoul(o.get("--batch", "128"));
     const std::size_t n = std::stoul(o.get("--depth-n", "3"));
     const int threads = tbb::this_task_arena::max_concurrency();
