@@ -1,13 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <array>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,24 +10,12 @@
 #include "strata/comm/file_rendezvous.hpp"
 #include "strata/core/error.hpp"
 
+#include "support/temp_dir.hpp"
+
 using namespace strata;
 namespace fs = std::filesystem;
 
 namespace {
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("strata_rendezvous_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 std::vector<std::byte> pattern(std::size_t n) {
   std::vector<std::byte> v(n);
   for (std::size_t i = 0; i < n; ++i)
@@ -53,7 +36,7 @@ errc code_of(auto&& call) {
 
 TEST_CASE("file rendezvous hands the publisher's bytes to every waiting rank",
           "[comm][rendezvous]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("rendezvous");
   const fs::path where = dir.path / "nccl.id";
   const auto sent = pattern(128);  // the size of an ncclUniqueId
   std::vector<std::vector<std::byte>> got(3, std::vector<std::byte>(128));
@@ -75,7 +58,7 @@ TEST_CASE("file rendezvous hands the publisher's bytes to every waiting rank",
 }
 
 TEST_CASE("file rendezvous: bad situations raise clear errors", "[comm][rendezvous]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("rendezvous");
   const fs::path where = dir.path / "id";
   std::vector<std::byte> out(16);
   SECTION("no publisher: timeout naming the path, not a hang") {

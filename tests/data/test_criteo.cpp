@@ -1,8 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,30 +10,13 @@
 #include "strata/data/criteo.hpp"
 #include "strata/data/synthetic.hpp"
 
+#include "support/temp_dir.hpp"
+
 using namespace strata;
 using namespace strata::data;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh folder under the temp dir, removed at scope exit.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("strata_criteo_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name, std::ios::binary) << text;
-    return path / name;
-  }
-};
 
 fs::path fixture(const std::string& name) {
   const char* dir = std::getenv("STRATA_TEST_FIXTURES");
@@ -195,7 +175,7 @@ TEST_CASE("every kind of malformed line raises corrupt_data with file:line, or i
       {with_field(good, 30, "-1"), bad_line_kind::bad_hex, "C17"},
       {good + std::string(300, '7'), bad_line_kind::overlong, "longer than max_line_bytes = 256"},
   };
-  temp_dir dir;
+  const strata_test::temp_dir dir("criteo");
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const auto& bc = cases[c];
     CAPTURE(c, bc.says);
@@ -235,7 +215,7 @@ TEST_CASE("every kind of malformed line raises corrupt_data with file:line, or i
 
 TEST_CASE("skip mode counts many bad lines and keeps only the first few reasons",
           "[data][criteo]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("criteo");
   std::string text;
   for (int i = 0; i < 100; ++i)
     text += (i % 3 == 0 ? with_field(good_line(), 0, "7") : good_line(i % 2)) + "\n";
@@ -261,7 +241,7 @@ TEST_CASE("skip mode counts many bad lines and keeps only the first few reasons"
 
 TEST_CASE("streaming a file much larger than the prefetch queue gives the same examples",
           "[data][criteo]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("criteo");
   const auto path = dir.path / "gen.tsv";
   write_synthetic_criteo(path, {.rows = 5003, .seed = 3, .threads = 1});
   const auto reference = load_criteo(path);  // default chunking
@@ -299,7 +279,7 @@ TEST_CASE("streaming a file much larger than the prefetch queue gives the same e
 
 TEST_CASE("an error deep in the file surfaces in the consumer after the good examples",
           "[data][criteo]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("criteo");
   std::string text;
   for (int i = 0; i < 3000; ++i)
     text += good_line(i % 2) + "\n";
@@ -323,7 +303,7 @@ TEST_CASE("an error deep in the file surfaces in the consumer after the good exa
 }
 
 TEST_CASE("destroying a reader with unread data does not hang", "[data][criteo]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("criteo");
   std::string text;
   for (int i = 0; i < 20000; ++i)
     text += good_line(i % 2) + "\n";
@@ -343,7 +323,7 @@ TEST_CASE("destroying a reader with unread data does not hang", "[data][criteo]"
 }
 
 TEST_CASE("an empty file has no examples", "[data][criteo]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("criteo");
   const auto path = dir.write("empty.tsv", "");
   criteo_reader reader(path);
   REQUIRE(!reader.next(16).has_value());

@@ -1,9 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
 #include <zlib.h>
 
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,25 +12,13 @@
 #include "strata/data/idx.hpp"
 #include "strata/data/metrics.hpp"
 
+#include "support/temp_dir.hpp"
+
 using namespace strata;
 using namespace strata::data;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("strata_idx_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void put_u32(std::vector<unsigned char>& out, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8)
@@ -85,7 +71,7 @@ void require_corrupt(const std::function<void()>& f, const std::string& file,
 }  // namespace
 
 TEST_CASE("synthetic IDX files load with the documented normalisation", "[data][idx]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("idx");
   write_split(dir.path, "t10k", 3, {9, 0, 4});
   const auto raw = load_fashion_mnist(dir.path, mnist_split::test, false);
   REQUIRE(raw.size() == 3);
@@ -106,7 +92,7 @@ TEST_CASE("synthetic IDX files load with the documented normalisation", "[data][
 
 TEST_CASE("wrong, truncated and damaged IDX files raise corrupt_data naming file and field",
           "[data][idx]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("idx");
   const auto p = dir.path / "f.gz";
   const std::string name = p.string();
   auto read1 = [&] { (void)read_idx(p, 1); };
@@ -166,7 +152,7 @@ TEST_CASE("wrong, truncated and damaged IDX files raise corrupt_data naming file
 }
 
 TEST_CASE("Fashion-MNIST checks: image size, counts, label range, missing files", "[data][idx]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("idx");
   const auto images = (dir.path / "train-images-idx3-ubyte.gz").string();
   const auto labels = (dir.path / "train-labels-idx1-ubyte.gz").string();
   try {

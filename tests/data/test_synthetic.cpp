@@ -1,8 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -13,25 +10,13 @@
 #include "strata/data/criteo.hpp"
 #include "strata/data/synthetic.hpp"
 
+#include "support/temp_dir.hpp"
+
 using namespace strata;
 using namespace strata::data;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("strata_synth_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -42,7 +27,7 @@ std::string slurp(const fs::path& p) {
 
 TEST_CASE("same seed gives the same bytes whatever the thread count; another seed differs",
           "[data][synthetic]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("synth");
   const synthetic_criteo cfg{.rows = 3000, .seed = 11, .threads = 1};
   auto cfg2 = cfg;
   cfg2.threads = 2;
@@ -63,7 +48,7 @@ TEST_CASE("same seed gives the same bytes whatever the thread count; another see
 
 TEST_CASE("generated file reads back cleanly: labels, missing fields, negatives, Zipf ids",
           "[data][synthetic]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("synth");
   const auto path = dir.path / "train.tsv";
   const synthetic_criteo cfg{.rows = 20000, .seed = 5, .distinct_ids = {1000}};
   const auto report = write_synthetic_criteo(path, cfg);
@@ -156,7 +141,7 @@ TEST_CASE("zipf sampler matches the Zipf probabilities", "[data][synthetic]") {
 }
 
 TEST_CASE("bad generator configurations are rejected", "[data][synthetic]") {
-  temp_dir dir;
+  const strata_test::temp_dir dir("synth");
   REQUIRE_THROWS_WITH(write_synthetic_criteo(dir.path / "x.tsv", {.rows = 0}),
                       Catch::Contains("rows"));
   REQUIRE_THROWS_WITH(write_synthetic_criteo(dir.path / "x.tsv", {.distinct_ids = {1, 2}}),

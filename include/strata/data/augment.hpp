@@ -4,10 +4,8 @@
 /// sample.
 ///
 /// ```cpp
-/// const data::augmenter aug({.height = 28, .width = 28, .channels = 1},
-///                           {.pad = 2, .flip = true, .fill = data::fashion_mnist_black, .seed =
-///                           1});
-/// aug.apply(train.images.row(i), image_out, epoch, i);   // i: the sample's dataset index
+/// const data::augmenter aug({28, 28, 1}, {.pad = 2, .fill = data::fashion_mnist_black});
+/// aug.apply(train.images.row(i), image_out, epoch, i);  // i: the sample's dataset index
 /// ```
 #pragma once
 

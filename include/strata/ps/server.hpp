@@ -64,11 +64,10 @@ struct shard_stats {
 /// One parameter-server shard.
 ///
 /// Rows live in `stripes` flat hash indexes per table (`key_index`: key → slot in a float array
-/// holding the weights
-/// followed by `Optimizer::state_floats(dim)` state), each under its own mutex, so fixed and
-/// unbounded tables both work and requests of many workers run concurrently without races. A
-/// row is created on first touch with `uniform_init` values of (seed, table, key), so every
-/// placement gives the same table.
+/// holding the weights followed by `Optimizer::state_floats(dim)` state), each under its own
+/// mutex, so fixed and unbounded tables both work and requests of many workers run
+/// concurrently without races. A row is created on first touch with `uniform_init` values of
+/// (seed, table, key), so every placement gives the same table.
 ///
 /// `serve(transport)` receives requests (tag `comm::tags::ps_request`) from every worker,
 /// handles each worker's requests in order (different workers concurrently) on a task arena of
@@ -307,38 +306,27 @@ class server {
   }
 
   /// Calls `fn(i, row)` for every keys[i] (row created on first touch), taking each stripe's
-  /// lock once: the keys are grouped by stripe with a counting sort (this call's scratch), so
-  /// a request of n keys costs ≤ `stripes` lock round trips instead of n.
+  /// lock once: the keys are grouped by stripe with a counting sort, so a request of n keys
+  /// costs ≤ `stripes` lock round trips instead of n (plus two scratch arrays per request).
   template <class Fn>
   void for_each_key_row(table_state& tab, std::size_t table, std::span<const std::uint64_t> keys,
                         Fn&& fn) {
     const std::size_t stripes = options_.stripes, n = keys.size();
-    if (stripes == 1 || n < 2 * stripes) {
-      for (std::size_t i = 0; i < n; ++i) {
-        auto& st = stripe_of(tab, keys[i]);
-        std::lock_guard lock(st.mutex);
-        fn(i, find_or_create(tab, st, table, keys[i]));
-      }
-      return;
-    }
-    std::vector<std::uint32_t> start(stripes + 1, 0), order(n);
-    std::vector<std::uint32_t> which(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      which[i] = static_cast<std::uint32_t>(stripe_index(keys[i]));
-      ++start[which[i] + 1];
-    }
+    // bounds[s + 1] ← keys in stripe s; prefix sums make bounds[s] the first position of s;
+    // placing advances bounds[s] to the end of stripe s.
+    std::vector<std::uint32_t> bounds(stripes + 1, 0), order(n);
+    for (const std::uint64_t key : keys)
+      ++bounds[stripe_index(key) + 1];
     for (std::size_t s = 0; s < stripes; ++s)
-      start[s + 1] += start[s];
-    {
-      std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
-      for (std::size_t i = 0; i < n; ++i)
-        order[next[which[i]]++] = static_cast<std::uint32_t>(i);
-    }
-    for (std::size_t s = 0; s < stripes; ++s) {
-      if (start[s] == start[s + 1]) continue;
+      bounds[s + 1] += bounds[s];
+    for (std::size_t i = 0; i < n; ++i)
+      order[bounds[stripe_index(keys[i])]++] = static_cast<std::uint32_t>(i);
+    std::uint32_t first = 0;
+    for (std::size_t s = 0; s < stripes; first = bounds[s], ++s) {
+      if (first == bounds[s]) continue;
       auto& st = tab.stripes[s];
       std::lock_guard lock(st.mutex);
-      for (std::uint32_t j = start[s]; j < start[s + 1]; ++j)
+      for (std::uint32_t j = first; j < bounds[s]; ++j)
         fn(order[j], find_or_create(tab, st, table, keys[order[j]]));
     }
   }
