@@ -2,7 +2,7 @@
 /// CUDA basics for strata: one overloaded `check` for CUDA runtime, cuBLAS and NCCL results
 /// (throwing `strata::error` with the call text and file:line), checked kernel launches with an
 /// optional synchronise-after-every-launch debug switch, a stream RAII type and stream-ordered
-/// device buffers (cudaMallocAsync / cudaFreeAsync).
+/// device buffers (cudaMallocAsync / cudaFreeAsync), pinned host buffers and events.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -227,6 +227,71 @@ class device_buffer {
   T* data_ = nullptr;
   std::size_t size_ = 0;
   cudaStream_t stream_ = nullptr;
+};
+
+/// A page-locked (pinned) host array of n T (cudaMallocHost / cudaFreeHost): the staging area
+/// for asynchronous host↔device copies, which only overlap with kernels from pinned memory.
+/// Contents are uninitialised. Move-only; grows with `reserve` (contents not kept).
+template <class T>
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(std::size_t n) : size_(n) {
+    if (n > 0) STRATA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), n * sizeof(T)));
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  pinned_buffer(pinned_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  ~pinned_buffer() { release(); }
+
+  [[nodiscard]] T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::span<T> span() const noexcept { return {data_, size_}; }
+  /// Grows to at least n elements (contents are not kept when it reallocates). Callers must
+  /// not have copies in flight from or to the old array.
+  void reserve(std::size_t n) {
+    if (n > size_) *this = pinned_buffer(n);
+  }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) (void)cudaFreeHost(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Owns a CUDA event without timing (cudaEventDisableTiming): `record` on one stream, then
+/// `wait_on` another stream (cross-stream ordering without blocking the host) or `synchronize`.
+class event {
+ public:
+  event() { STRATA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  event(const event&) = delete;
+  event& operator=(const event&) = delete;
+  event(event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  event& operator=(event&&) = delete;
+  ~event() {
+    if (e_ != nullptr) (void)cudaEventDestroy(e_);
+  }
+  [[nodiscard]] cudaEvent_t get() const noexcept { return e_; }
+  void record(cudaStream_t s) { STRATA_CHECK(cudaEventRecord(e_, s)); }
+  /// Work queued on `s` after this call starts only once the recorded work is done.
+  void wait_on(cudaStream_t s) const { STRATA_CHECK(cudaStreamWaitEvent(s, e_, 0)); }
+  void synchronize() const { STRATA_CHECK(cudaEventSynchronize(e_)); }
+
+ private:
+  cudaEvent_t e_ = nullptr;
 };
 
 }  // namespace strata::cuda
