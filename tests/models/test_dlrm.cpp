@@ -7,6 +7,7 @@
 #include <tbb/global_control.h>
 
 #include "strata/core/rng.hpp"
+#include "strata/cuda/dlrm.hpp"
 #include "strata/models.hpp"
 #include "strata/nn/loss.hpp"
 
@@ -238,4 +239,45 @@ TEST_CASE("dlrm rejects bad configs and bad inputs, naming what", "[models][dlrm
   gv[2] = matrix_view<float>(g[2].data(), 4, 3);
   REQUIRE_THROWS_WITH(m.backward(dl, gv),
                       Catch::Contains("gradient view of table 2 'C3' is 4 x 3"));
+}
+
+TEST_CASE("cuda::dlrm's host half has models::dlrm's parameter blocks and initial values",
+          "[models][dlrm][cuda]") {
+  // Needs no GPU and no CUDA compiler: the device half (dlrm_impl.cuh) is not linked here.
+  const auto cpu_config = small_config();
+  cuda::dlrm::config gpu_config;
+  gpu_config.dense_features = cpu_config.dense_features;
+  gpu_config.sparse_features = cpu_config.sparse_features;
+  gpu_config.embedding_dim = cpu_config.embedding_dim;
+  gpu_config.table_rows = cpu_config.table_rows;
+  gpu_config.bottom_mlp = cpu_config.bottom_mlp;
+  gpu_config.top_mlp = cpu_config.top_mlp;
+  gpu_config.seed = cpu_config.seed;
+  const models::dlrm cpu(cpu_config);
+  const cuda::dlrm gpu(gpu_config);
+  const auto& a = cpu.parameter_blocks().blocks();
+  const auto& b = gpu.parameter_blocks().blocks();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    CHECK(a[k].name == b[k].name);
+    CHECK(a[k].offset == b[k].offset);
+    CHECK(a[k].size == b[k].size);
+  }
+  const auto pa = cpu.parameters();
+  const auto pb = gpu.parameters();
+  REQUIRE(std::equal(pa.begin(), pa.end(), pb.begin(), pb.end()));
+  CHECK(gpu.tables().size() == cpu.tables().size());
+  CHECK(gpu.tables()[1].name == cpu.tables()[1].name);
+  CHECK(gpu.interaction_cols() == 4 + 4 * 3 / 2);
+  CHECK(gpu.top_layers().front().in == gpu.interaction_cols());
+
+  auto bad = gpu_config;
+  bad.bottom_mlp = {6, 5};
+  CHECK_THROWS_WITH(cuda::dlrm(bad), Catch::Contains("must end in embedding_dim"));
+  bad = gpu_config;
+  bad.device = -1;
+  CHECK_THROWS_WITH(cuda::dlrm(bad), Catch::Contains("device must be a CUDA device index"));
+  bad = gpu_config;
+  bad.table_rows = {1, 2};
+  CHECK_THROWS_WITH(cuda::dlrm(bad), Catch::Contains("table_rows has 2 entries"));
 }

@@ -13,22 +13,13 @@
 #include "strata/core/matrix.hpp"
 #include "strata/embedding/concepts.hpp"
 #include "strata/models/concepts.hpp"
+#include "strata/models/criteo_kaggle.hpp"
 #include "strata/nn/common.hpp"
 #include "strata/nn/interaction.hpp"
 #include "strata/nn/mlp.hpp"
 #include "strata/nn/parameters.hpp"
 
 namespace strata::models {
-
-/// Row counts of the 26 categorical features of the Criteo Kaggle display-advertising data
-/// set (as counted by DLRM's reference data loader).
-inline const std::vector<std::uint64_t>& criteo_kaggle_table_rows() {
-  static const std::vector<std::uint64_t> rows = {
-      1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
-      93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
-      2173,  4,    7046547,  18,      15,  286181, 105,     142572};
-  return rows;
-}
 
 /// DLRM's dense part:
 /// ```
