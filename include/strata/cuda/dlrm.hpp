@@ -42,7 +42,9 @@ namespace strata::cuda {
 ///   the copy stream brings them down (into pinned memory) while the compute stream runs the
 ///   bottom MLP's backward; then the P dense gradients come down.
 /// The parameter and gradient buffers are registered with CUDA (page-locked in place,
-/// cudaHostRegister), so those copies are DMA without staging.
+/// cudaHostRegister), so those copies are DMA without staging; when the driver refuses the
+/// registration (a page shared with memory registered elsewhere), they go through pinned
+/// staging buffers instead (one host copy each).
 ///
 /// Numerics: cuBLAS SGEMM (full fp32, no TF32) and kernels with fixed summation orders, so a
 /// GPU run is bitwise repeatable on one device model; results differ from the CPU model's

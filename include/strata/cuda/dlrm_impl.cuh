@@ -28,12 +28,13 @@ namespace strata::cuda {
 struct dlrm::device_state {
   device_state(int device_index, std::span<float> host_params, std::span<float> host_grads)
       : device(device_index), handle(compute), params(host_params), grads(host_grads) {
-    // Page-lock the host parameter and gradient buffers in place: their copies become
-    // asynchronous DMA with no staging copy.
-    STRATA_CHECK(cudaHostRegister(params.data(), params.size_bytes(), cudaHostRegisterDefault));
-    params_registered = true;
-    STRATA_CHECK(cudaHostRegister(grads.data(), grads.size_bytes(), cudaHostRegisterDefault));
-    grads_registered = true;
+    // Page-lock the host parameter and gradient buffers in place, so their copies are
+    // asynchronous DMA with no staging copy. When the driver refuses (e.g. a page already
+    // registered by another model's buffer), fall back to pinned staging buffers.
+    params_registered = try_register(params);
+    grads_registered = try_register(grads);
+    if (!params_registered) params_stage = pinned_buffer<float>(params.size());
+    if (!grads_registered) grads_stage = pinned_buffer<float>(grads.size());
     device_params = device_buffer<float>(params.size(), compute);
     device_grads = device_buffer<float>(grads.size(), compute);
   }
@@ -45,6 +46,33 @@ struct dlrm::device_state {
     (void)cudaStreamSynchronize(compute);
     if (params_registered) (void)cudaHostUnregister(params.data());
     if (grads_registered) (void)cudaHostUnregister(grads.data());
+  }
+
+  static bool try_register(std::span<float> host) noexcept {
+    if (host.empty()) return false;
+    if (cudaHostRegister(host.data(), host.size_bytes(), cudaHostRegisterDefault) == cudaSuccess)
+      return true;
+    (void)cudaGetLastError();  // not sticky: clear it so later checks start clean
+    return false;
+  }
+  /// Host parameters → device (stream-ordered on the compute stream).
+  void upload_params() {
+    const float* from = params.data();
+    if (!params_registered) {
+      std::copy(params.begin(), params.end(), params_stage.data());
+      from = params_stage.data();
+    }
+    STRATA_CHECK(cudaMemcpyAsync(device_params.data(), from, params.size_bytes(),
+                                 cudaMemcpyHostToDevice, compute));
+  }
+  /// Device gradients → host; call `finish_grads` after the compute stream was synchronised.
+  void download_grads() {
+    float* to = grads_registered ? grads.data() : grads_stage.data();
+    STRATA_CHECK(cudaMemcpyAsync(to, device_grads.data(), grads.size_bytes(),
+                                 cudaMemcpyDeviceToHost, compute));
+  }
+  void finish_grads() {
+    if (!grads_registered) std::copy_n(grads_stage.data(), grads.size(), grads.begin());
   }
 
   /// Buffers for `batch` samples; embedding pointer tables for exactly this batch.
@@ -100,6 +128,7 @@ struct dlrm::device_state {
   device_buffer<const float*> embedded_ptrs;
   device_buffer<float*> embedded_grad_ptrs;
   pinned_buffer<float> stage_in, stage_out, stage_small;
+  pinned_buffer<float> params_stage, grads_stage;  ///< only when registration was refused
   std::size_t capacity = 0, pointers_batch = 0;
 };
 
@@ -169,8 +198,7 @@ void dlrm::forward(const models::ctr_inputs& in, std::span<float> logits) {
 
   // Compute stream: parameters + dense features up, then the bottom MLP; meanwhile the copy
   // stream brings the embedding rows.
-  STRATA_CHECK(cudaMemcpyAsync(s.device_params.data(), s.params.data(), s.params.size_bytes(),
-                               cudaMemcpyHostToDevice, s.compute));
+  s.upload_params();
   STRATA_CHECK(cudaMemcpyAsync(s.dense_in.data(), s.stage_in.data(), dense_values * sizeof(float),
                                cudaMemcpyHostToDevice, s.compute));
   STRATA_CHECK(cudaMemcpyAsync(s.embedded.data(), s.stage_in.data() + dense_values,
@@ -261,13 +289,13 @@ void dlrm::backward(std::span<const float> dlogits,
       delta = dx;
     }
   }
-  STRATA_CHECK(
-      cudaMemcpyAsync(s.grads.data(), g, s.grads.size_bytes(), cudaMemcpyDeviceToHost, s.compute));
+  s.download_grads();
   s.copy.synchronize();
   const float* at = s.stage_out.data();
   for (const auto& view : embedded_grads)
     at = detail::unpack_rows(at, view);
   s.compute.synchronize();
+  s.finish_grads();
 }
 
 }  // namespace strata::cuda
