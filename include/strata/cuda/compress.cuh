@@ -65,6 +65,11 @@ __device__ inline float half_to_float(std::uint16_t half) {
 }
 
 namespace detail {
+
+// Every kernel here is a template (the plain ones `template <int = 0>`, launched as f<<<…>>>)
+// so that it has vague linkage: several .cu files of one program may include this header
+// without duplicate kernel symbols at link time.
+template <int = 0>
 __global__ void fp16_encode_kernel(const float* __restrict in, std::size_t n,
                                    unsigned char* __restrict out) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
@@ -75,6 +80,7 @@ __global__ void fp16_encode_kernel(const float* __restrict in, std::size_t n,
   }
 }
 
+template <int = 0>
 __global__ void fp16_decode_kernel(const unsigned char* __restrict in, std::size_t n,
                                    float* __restrict out, bool add) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
@@ -155,6 +161,7 @@ __global__ void int8_decode_kernel(const unsigned char* __restrict in, std::size
   }
 }
 
+template <int = 0>
 __global__ void magnitude_keys_kernel(const float* __restrict in, std::size_t n,
                                       std::uint32_t* __restrict keys,
                                       std::uint32_t* __restrict index) {
@@ -165,6 +172,7 @@ __global__ void magnitude_keys_kernel(const float* __restrict in, std::size_t n,
   }
 }
 
+template <int = 0>
 __global__ void topk_pairs_kernel(const float* __restrict in, const std::uint32_t* __restrict idx,
                                   std::size_t k, unsigned char* __restrict out) {
   for (std::size_t p = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; p < k;

@@ -40,6 +40,11 @@ class blas {
 };
 
 namespace detail {
+
+// Every kernel here is a template (the plain ones `template <int = 0>`, launched as f<<<…>>>)
+// so that it has vague linkage: several .cu files of one program may include this header
+// without duplicate kernel symbols at link time.
+template <int = 0>
 __global__ void bias_act_kernel(float* y, const float* b, std::size_t rows, std::size_t cols,
                                 bool relu) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < rows * cols;
@@ -49,6 +54,7 @@ __global__ void bias_act_kernel(float* y, const float* b, std::size_t rows, std:
   }
 }
 /// db[c] = Σ_r dy[r][c] in row order (deterministic).
+template <int = 0>
 __global__ void column_sum_kernel(const float* dy, std::size_t rows, std::size_t cols, float* db) {
   for (std::size_t c = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; c < cols;
        c += std::size_t{gridDim.x} * blockDim.x) {
@@ -58,16 +64,19 @@ __global__ void column_sum_kernel(const float* dy, std::size_t rows, std::size_t
     db[c] = s;
   }
 }
+template <int = 0>
 __global__ void relu_mask_kernel(float* dx, const float* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     dx[i] = x[i] > 0.0f ? dx[i] : 0.0f;
 }
+template <int = 0>
 __global__ void relu_kernel(const float* x, float* y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     y[i] = fmaxf(x[i], 0.0f);
 }
+template <int = 0>
 __global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
@@ -77,16 +86,19 @@ __device__ inline float sigmoid_value(float x) {
   const float e = expf(-fabsf(x));
   return x >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, e)) : __fdiv_rn(e, __fadd_rn(1.0f, e));
 }
+template <int = 0>
 __global__ void sigmoid_kernel(const float* x, float* y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     y[i] = sigmoid_value(x[i]);
 }
+template <int = 0>
 __global__ void sigmoid_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     dx[i] = __fmul_rn(__fmul_rn(dy[i], y[i]), __fsub_rn(1.0f, y[i]));
 }
+template <int = 0>
 __global__ void bce_kernel(const float* logits, const float* labels, std::size_t n, float scale,
                            double* losses, float* dlogits) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
@@ -98,6 +110,7 @@ __global__ void bce_kernel(const float* logits, const float* labels, std::size_t
   }
 }
 /// One thread per (sample, output column): copies z or computes one pairwise dot in order.
+template <int = 0>
 __global__ void interaction_forward_kernel(const float* z, const float* const* emb,
                                            std::size_t batch, std::size_t features, std::size_t dim,
                                            float* out) {
@@ -122,6 +135,7 @@ __global__ void interaction_forward_kernel(const float* z, const float* const* e
   }
 }
 /// One thread per (sample, row i of T, column c): dT[i][c] = Σ_{j≠i} S[i][j]·T[j][c].
+template <int = 0>
 __global__ void interaction_backward_kernel(const float* z, const float* const* emb,
                                             std::size_t batch, std::size_t features,
                                             std::size_t dim, const float* dout, float* dz,

@@ -53,6 +53,10 @@ struct device_matrix {
 // operation for operation (see include/strata/optim/*.hpp).
 // ---------------------------------------------------------------------------------------------
 namespace detail {
+
+// Every kernel here is a template (the plain ones `template <int = 0>`, launched as f<<<…>>>)
+// so that it has vague linkage: several .cu files of one program may include this header
+// without duplicate kernel symbols at link time.
 struct row_scalars {
   float correct1 = 1.0f;
   float correct2 = 1.0f;
@@ -137,6 +141,7 @@ concept device_optimizer = requires(const O& o, float* p, std::size_t d, const r
 /// One thread per (bag, column): out[b][c] = Σ table[keys[i]][c] over the bag, in key order,
 /// then × 1/len for mean (len > 1) — the CPU's operation order, so results are bitwise equal.
 /// A key ≥ rows contributes NaN and raises *bad_key (it is never read).
+template <int = 0>
 __global__ void pooled_gather_kernel(const float* __restrict table, std::uint64_t rows,
                                      std::size_t dim, const std::uint64_t* __restrict keys,
                                      const std::uint64_t* __restrict offsets, std::size_t bags,
@@ -163,6 +168,7 @@ __global__ void pooled_gather_kernel(const float* __restrict table, std::uint64_
 }
 
 /// key_grads[i][c] = d_out[bag(i)][c] × (mean ? 1/len : 1); bag(i) by binary search.
+template <int = 0>
 __global__ void unpool_kernel(const float* __restrict d_out,
                               const std::uint64_t* __restrict offsets, std::size_t bags,
                               std::size_t dim, std::size_t key_count, bool mean,
@@ -187,6 +193,7 @@ __global__ void unpool_kernel(const float* __restrict d_out,
   }
 }
 
+template <int = 0>
 __global__ void iota_kernel(std::uint32_t* out, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
