@@ -18,9 +18,16 @@ status=0
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DSTRATA_TEST_DIRS=cuda -DSTRATA_BUILD_BENCH=OFF \
   -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_VERIFY_HEADERS=OFF > "$out/configure.log" 2>&1
-timeout 300 cmake --build "$build" --target cuda_test_kernels cuda_test_dense bench_cuda \
+tests="cuda_test_kernels cuda_test_dense cuda_test_cache cuda_test_gpu_worker"
+# cuda_test_nccl exists only when CMake found NCCL.
+if ninja -C "$build" -t targets all 2>/dev/null | grep -q '^cuda_test_nccl:'; then
+  tests="$tests cuda_test_nccl"
+else
+  echo "cuda_test_nccl: not built (CMake found no NCCL; see $out/configure.log)"
+fi
+timeout 300 cmake --build "$build" --target $tests bench_cuda bench_gpu_worker \
   -j"$jobs" > "$out/build.log" 2>&1 || { echo "build failed: see $out/build.log"; exit 1; }
-for t in cuda_test_kernels cuda_test_dense; do
+for t in $tests; do
   if timeout 120 "$build/tests/cuda/$t" --reporter junit --out "$out/$t.xml" \
       > "$out/$t.log" 2>&1 && timeout 60 env STRATA_CUDA_SYNC=1 "$build/tests/cuda/$t" \
       > "$out/$t.sync.log" 2>&1; then
@@ -33,5 +40,13 @@ if timeout 120 "$build/tests/cuda/bench_cuda" --json "$out/bench_cuda.json" > "$
   cat "$out/bench_cuda.log"
 else
   echo "bench_cuda: FAILED (see $out/bench_cuda.log)"; status=1
+fi
+# The GPU worker: cuda::dlrm step and 1-worker trainer vs the CPU model; PyTorch on the same GPU
+# when python3 has torch with CUDA (skipped otherwise).
+if timeout 150 "$build/tests/cuda/bench_gpu_worker" --json "$out/bench_gpu_worker.json" \
+    --peer "$root/bench/peers/dlrm_torch.py" > "$out/bench_gpu_worker.log" 2>&1; then
+  cat "$out/bench_gpu_worker.log"
+else
+  echo "bench_gpu_worker: FAILED (see $out/bench_gpu_worker.log)"; status=1
 fi
 exit $status
