@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -114,6 +116,21 @@ TEST_CASE("cuda: relu, sigmoid and bce_with_logits equal strata::nn", "[cuda]") 
   cuda_test::require_bits_equal(y.download(), ry);
   sc::relu::backward(y.data(), ddy.data(), g.data(), n, s);
   cuda_test::require_bits_equal(g.download(), cuda_test::relu_backward(ry, dy));
+  {  // NaN stays NaN and −0 stays −0, as on the CPU
+    const std::vector<float> special = {std::nanf(""),
+                                        -0.0f,
+                                        0.0f,
+                                        -1.0f,
+                                        1.0f,
+                                        std::numeric_limits<float>::infinity(),
+                                        -std::numeric_limits<float>::infinity(),
+                                        std::numeric_limits<float>::denorm_min(),
+                                        -std::numeric_limits<float>::denorm_min()};
+    sc::device_buffer<float> in(std::span<const float>(special), s);
+    auto out = cuda_test::poisoned(special.size(), s);
+    sc::relu::forward(in.data(), out.data(), special.size(), s);
+    cuda_test::require_bits_equal(out.download(), cuda_test::relu_forward(special));
+  }
   sc::sigmoid::forward(dx.data(), y.data(), n, s);
   const auto sy = cuda_test::sigmoid_forward(x);
   cuda_test::require_close(y.download(), sy);

@@ -44,13 +44,18 @@ namespace detail {
 // Every kernel here is a template (the plain ones `template <int = 0>`, launched as f<<<…>>>)
 // so that it has vague linkage: several .cu files of one program may include this header
 // without duplicate kernel symbols at link time.
+/// max(v, 0) with std::max's (and the CPU's Eigen cwiseMax's) rules: NaN stays NaN (a
+/// diverging run shows on the GPU too) and −0 stays −0 — fmaxf would turn both into +0.
+__device__ inline float relu_value(float v) {
+  return v < 0.0f ? 0.0f : v;
+}
 template <int = 0>
 __global__ void bias_act_kernel(float* y, const float* b, std::size_t rows, std::size_t cols,
                                 bool relu) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < rows * cols;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const float v = __fadd_rn(y[i], b[i % cols]);
-    y[i] = relu ? fmaxf(v, 0.0f) : v;
+    y[i] = relu ? relu_value(v) : v;
   }
 }
 /// db[c] = Σ_r dy[r][c] in row order (deterministic).
@@ -74,7 +79,7 @@ template <int = 0>
 __global__ void relu_kernel(const float* x, float* y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
-    y[i] = fmaxf(x[i], 0.0f);
+    y[i] = relu_value(x[i]);
 }
 template <int = 0>
 __global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <span>
 #include <vector>
@@ -23,16 +24,68 @@
 
 namespace strata::cuda {
 
+namespace detail {
+/// A host range page-locked in place with cudaHostRegister, unregistered by the destructor.
+/// Empty (false) when the driver refused (e.g. a page already registered by another buffer):
+/// the caller then stages through pinned memory instead.
+class host_registration {
+ public:
+  host_registration() = default;
+  explicit host_registration(std::span<float> host) noexcept {
+    if (host.empty()) return;
+    if (cudaHostRegister(host.data(), host.size_bytes(), cudaHostRegisterDefault) == cudaSuccess)
+      data_ = host.data();
+    else
+      (void)cudaGetLastError();  // not sticky: clear it so later checks start clean
+  }
+  host_registration(const host_registration&) = delete;
+  host_registration& operator=(const host_registration&) = delete;
+  ~host_registration() {
+    if (data_ != nullptr) (void)cudaHostUnregister(data_);
+  }
+  explicit operator bool() const noexcept { return data_ != nullptr; }
+
+ private:
+  float* data_ = nullptr;
+};
+
+/// Waits for both streams of a model when a step throws half-way, so the next step never
+/// refills pinned staging memory that a copy queued before the error is still reading.
+class quiesce_on_error {
+ public:
+  quiesce_on_error(cudaStream_t a, cudaStream_t b) noexcept
+      : a_(a), b_(b), exceptions_(std::uncaught_exceptions()) {}
+  quiesce_on_error(const quiesce_on_error&) = delete;
+  quiesce_on_error& operator=(const quiesce_on_error&) = delete;
+  ~quiesce_on_error() {
+    if (std::uncaught_exceptions() > exceptions_) {
+      (void)cudaStreamSynchronize(a_);
+      (void)cudaStreamSynchronize(b_);
+    }
+  }
+
+ private:
+  cudaStream_t a_, b_;
+  int exceptions_;
+};
+}  // namespace detail
+
 /// Streams, cuBLAS handle and buffers of one `cuda::dlrm`. Batch-sized buffers grow to the
 /// largest batch seen (allocation, then a synchronisation so every stream may use them).
 struct dlrm::device_state {
   device_state(int device_index, std::span<float> host_params, std::span<float> host_grads)
-      : device(device_index), handle(compute), params(host_params), grads(host_grads) {
-    // Page-lock the host parameter and gradient buffers in place, so their copies are
-    // asynchronous DMA with no staging copy. When the driver refuses (e.g. a page already
-    // registered by another model's buffer), fall back to pinned staging buffers.
-    params_registered = try_register(params);
-    grads_registered = try_register(grads);
+      : device(device_index),
+        handle(compute),
+        params(host_params),
+        grads(host_grads),
+        // Page-lock the host parameter and gradient buffers in place, so their copies are
+        // asynchronous DMA with no staging copy. When the driver refuses (e.g. a page already
+        // registered by another model's buffer), fall back to pinned staging buffers. RAII: a
+        // later allocation failure unregisters them again.
+        params_registration(host_params),
+        grads_registration(host_grads),
+        params_registered(static_cast<bool>(params_registration)),
+        grads_registered(static_cast<bool>(grads_registration)) {
     if (!params_registered) params_stage = pinned_buffer<float>(params.size());
     if (!grads_registered) grads_stage = pinned_buffer<float>(grads.size());
     device_params = device_buffer<float>(params.size(), compute);
@@ -41,19 +94,10 @@ struct dlrm::device_state {
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
   ~device_state() {
-    // Nothing may still be copying from or into the host buffers.
+    // Nothing may still be copying from or into the host buffers (the registrations and
+    // pinned buffers are released after this body).
     (void)cudaStreamSynchronize(copy);
     (void)cudaStreamSynchronize(compute);
-    if (params_registered) (void)cudaHostUnregister(params.data());
-    if (grads_registered) (void)cudaHostUnregister(grads.data());
-  }
-
-  static bool try_register(std::span<float> host) noexcept {
-    if (host.empty()) return false;
-    if (cudaHostRegister(host.data(), host.size_bytes(), cudaHostRegisterDefault) == cudaSuccess)
-      return true;
-    (void)cudaGetLastError();  // not sticky: clear it so later checks start clean
-    return false;
   }
   /// Host parameters → device (stream-ordered on the compute stream).
   void upload_params() {
@@ -121,6 +165,7 @@ struct dlrm::device_state {
   blas handle;
   event embedded_ready, embedded_grads_ready;
   std::span<float> params, grads;
+  detail::host_registration params_registration, grads_registration;
   bool params_registered = false, grads_registered = false;
   device_buffer<float> device_params, device_grads;
   device_buffer<float> dense_in, embedded, embedded_grads, x, dx, dz, dlogits;
@@ -188,6 +233,7 @@ void dlrm::forward(const models::ctr_inputs& in, std::span<float> logits) {
     return;
   }
   s.ensure(*this, batch);
+  const detail::quiesce_on_error quiesce(s.compute, s.copy);
   const std::size_t features = config_.sparse_features, dim = config_.embedding_dim;
   const std::size_t dense_values = batch * config_.dense_features;
 
@@ -245,6 +291,7 @@ void dlrm::backward(std::span<const float> dlogits,
     return;
   }
   auto& s = device();
+  const detail::quiesce_on_error quiesce(s.compute, s.copy);
   const std::size_t features = config_.sparse_features, dim = config_.embedding_dim;
   const float* p = s.device_params.data();
   float* g = s.device_grads.data();

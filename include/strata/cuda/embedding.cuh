@@ -11,6 +11,7 @@
     "strata/cuda/*.cuh are CUDA headers: include them only from .cu files compiled by nvcc (link strata::cuda)."
 #endif
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -140,7 +141,7 @@ concept device_optimizer = requires(const O& o, float* p, std::size_t d, const r
 
 /// One thread per (bag, column): out[b][c] = Σ table[keys[i]][c] over the bag, in key order,
 /// then × 1/len for mean (len > 1) — the CPU's operation order, so results are bitwise equal.
-/// A key ≥ rows contributes NaN and raises *bad_key (it is never read).
+/// A key ≥ rows contributes NaN and raises *bad_key when bad_key is not null (it is never read).
 template <int = 0>
 __global__ void pooled_gather_kernel(const float* __restrict table, std::uint64_t rows,
                                      std::size_t dim, const std::uint64_t* __restrict keys,
@@ -156,7 +157,7 @@ __global__ void pooled_gather_kernel(const float* __restrict table, std::uint64_
       const std::uint64_t k = __ldg(keys + i);
       if (k >= rows) {
         sum = __int_as_float(0x7fc00000);
-        if (c == 0) atomicOr(bad_key, 1);
+        if (c == 0 && bad_key != nullptr) atomicOr(bad_key, 1);
         continue;
       }
       sum = __fadd_rn(sum, __ldg(table + k * dim + c));
@@ -272,7 +273,19 @@ inline void unpool(const float* d_out, const std::uint64_t* offsets, std::size_t
 /// and are reused. Not thread-safe; stream-ordered on the stream given to `apply`.
 class sparse_update {
  public:
-  explicit sparse_update(cudaStream_t stream) : stream_(stream) {}
+  // Every buffer lives on `stream`: a default-constructed one would grow on the legacy default
+  // stream, whose frees do not wait for the work queued here.
+  explicit sparse_update(cudaStream_t stream)
+      : stream_(stream),
+        positions_(0, stream),
+        sorted_pos_(0, stream),
+        run_len_(0, stream),
+        run_start_(0, stream),
+        sorted_keys_(0, stream),
+        unique_(0, stream),
+        runs_(0, stream),
+        summed_(0, stream),
+        temp_(0, stream) {}
 
   /// Applies grads (n × dim rows, device) of keys (n, device, each < rows) to weights/state
   /// (rows × dim and rows × state_floats, device). When `keep_summed` is set, the unique keys
@@ -381,7 +394,7 @@ class local {
       : stream_(stream),
         optimizer_(optimizer),
         update_(stream),
-        bad_(1, stream),
+        bad_(specs.size(), stream),
         grads_(0, stream) {
     for (std::size_t t = 0; t < specs.size(); ++t) {
       const auto& spec = specs[t];
@@ -417,21 +430,21 @@ class local {
                       std::size_t bags, pooling mode, float* out) {
     table& tab = checked(t);
     pooled_gather({tab.weights.data(), tab.spec.rows, tab.spec.dim}, keys, offsets, bags, mode, out,
-                  bad_.data(), stream_);
-    bad_table_ = t;
+                  bad_.data() + t, stream_);
   }
 
-  /// Waits for the stream; throws errc::out_of_range when a pooled_forward since the last check
-  /// met a key ≥ rows.
+  /// Waits for the stream; throws errc::out_of_range, naming the first table concerned, when a
+  /// pooled_forward since the last check met a key ≥ rows (each table has its own flag).
   void check_keys() {
-    const std::vector<int> flag = bad_.download();
-    if (flag[0] != 0) {
-      bad_.fill_bytes(0);
-      fail(errc::out_of_range,
-           cat("cuda::local: a key >= rows (", tables_[bad_table_].spec.rows, ") of table ",
-               bad_table_, " '", tables_[bad_table_].spec.name,
-               "' reached pooled_forward; its bag was set to NaN. Keys must be row indices"));
-    }
+    const std::vector<int> flags = bad_.download();
+    const auto bad = std::find_if(flags.begin(), flags.end(), [](int f) { return f != 0; });
+    if (bad == flags.end()) return;
+    bad_.fill_bytes(0);
+    const auto t = static_cast<std::size_t>(bad - flags.begin());
+    fail(errc::out_of_range,
+         cat("cuda::local: a key >= rows (", tables_[t].spec.rows, ") of table ", t, " '",
+             tables_[t].spec.name,
+             "' reached pooled_forward; its bag was set to NaN. Keys must be row indices"));
   }
 
   void apply_gradients(std::size_t t, const std::uint64_t* keys, const float* grads,
@@ -469,7 +482,6 @@ class local {
   device_buffer<int> bad_;
   device_buffer<float> grads_;
   std::vector<table> tables_;
-  std::size_t bad_table_ = 0;
 };
 
 }  // namespace strata::cuda
