@@ -35,5 +35,10 @@ if(TARGET strata::nccl)
   target_link_libraries(strata_cuda INTERFACE strata::nccl)
 endif()
 target_compile_features(strata_cuda INTERFACE cuda_std_20)
+# The kernels promise the CPU code's bits (fp16 / int8 bytes, optimizer updates, the ring's sums):
+# the host side must not contract a * b + c into an FMA either. GCC does by default wherever the
+# target has FMA (aarch64 hosts such as Grace, or x86-64 with -march=native / -mfma).
+target_compile_options(strata_cuda INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffp-contract=off>)
 set(STRATA_HAS_CUDA ON)
 message(STATUS "strata: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
