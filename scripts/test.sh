@@ -10,6 +10,10 @@ strata_install_packages dataset-fashion-mnist libopenmpi-dev openmpi-bin
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${STRATA_CMAKE_ARGS:-}
 cmake --build "$build" -j "$(strata_jobs)"
+# Every public header compiles on its own (exists unless -DSTRATA_VERIFY_HEADERS=OFF).
+if grep -q '^STRATA_VERIFY_HEADERS:BOOL=ON' "$build/CMakeCache.txt"; then
+  cmake --build "$build" -j "$(strata_jobs)" --target strata_verify_interface_header_sets
+fi
 (cd "$build" && ctest --output-on-failure -j "$(strata_jobs)" --timeout 600)
 
 # The installed package works from a separate project (find_package(strata)).

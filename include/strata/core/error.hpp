@@ -2,7 +2,6 @@
 /// strata's one exception type, its error codes and the precondition check used on user input.
 #pragma once
 
-#include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -84,9 +83,9 @@ std::string cat(const Parts&... parts) {
 
 namespace detail {
 [[noreturn]] inline void expects_failed(const char* condition, const std::string& message,
-                                        std::source_location where) {
-  throw error(errc::invalid_argument, cat(message, " [check `", condition, "` failed at ",
-                                          where.file_name(), ":", where.line(), "]"));
+                                        const char* file, int line) {
+  throw error(errc::invalid_argument,
+              cat(message, " [check `", condition, "` failed at ", file, ":", line, "]"));
 }
 }  // namespace detail
 
@@ -95,9 +94,11 @@ namespace detail {
 /// Precondition on user input: throws `strata::error(errc::invalid_argument)` with the message,
 /// the failed condition and the source location. The message is only built on failure.
 /// A macro (not a function) so that the condition text is shown and the message stays lazy.
-#define STRATA_EXPECTS(condition, ...)                                         \
-  do {                                                                         \
-    if (!(condition)) [[unlikely]]                                             \
-      ::strata::detail::expects_failed(#condition, ::strata::cat(__VA_ARGS__), \
-                                       std::source_location::current());       \
+/// (__FILE__ / __LINE__ rather than std::source_location, which clang 14 with libstdc++ 12
+/// does not provide.)
+#define STRATA_EXPECTS(condition, ...)                                                   \
+  do {                                                                                   \
+    if (!(condition)) [[unlikely]]                                                       \
+      ::strata::detail::expects_failed(#condition, ::strata::cat(__VA_ARGS__), __FILE__, \
+                                       __LINE__);                                        \
   } while (false)
