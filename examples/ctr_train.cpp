@@ -7,6 +7,7 @@
 //   int8+EF ctr_train --data train.tsv --eval-data eval.tsv --strategy ps --consistency async
 //   ctr_train --synthetic 200000 --checkpoint-dir ckpt --checkpoint-every 200
 //   ctr_train --synthetic 200000 --checkpoint-dir ckpt --resume
+//   ctr_train --gpu 0                           # DLRM's dense part on GPU 0 (CUDA builds only)
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,9 @@
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/ftrl.hpp"
 #include "strata/train/trainer.hpp"
+#if defined(STRATA_WITH_CUDA)  // built with strata::cuda: --gpu trains DLRM with cuda::dlrm
+#include "strata/cuda/dlrm.hpp"
+#endif
 #if defined(STRATA_WITH_MPI)  // built with the strata::mpi target: runs under mpirun too
 #include "strata/mpi/environment.hpp"
 #include "strata/mpi/transport.hpp"
@@ -55,6 +59,7 @@ struct flags {
   float lr = 0.05f;
   bool skip_bad_lines = false;
   bool tiny = false;
+  int gpu = -1;                   ///< CUDA device of every worker's DLRM (-1: the CPU model)
   int crash_rank = -1;            ///< fault rehearsal: this rank ...
   std::uint64_t crash_after = 0;  ///< ... fails on its n-th send
   train::trainer_options options;
@@ -80,6 +85,8 @@ struct flags {
       "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
       "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
       "  --tiny                          small MLPs (quick runs)\n"
+      "  --gpu DEVICE                    DLRM's dense part on this CUDA device (cuda::dlrm; every\n"
+      "                                worker shares it; tables stay on the CPU / servers)\n"
       "  --crash-rank R --crash-after-sends N   fault rehearsal: rank R fails on its N-th send\n"
       "                                (threads: an error stops every rank; mpirun: the process "
       "dies)\n"
@@ -172,6 +179,8 @@ flags parse(int argc, char** argv) {
       link_latency_us = number();
     else if (a == "--tiny")
       f.tiny = true;
+    else if (a == "--gpu")
+      f.gpu = static_cast<int>(count());
     else if (a == "--no-progress")
       f.options.progress = false;
     else if (a == "--crash-rank")
@@ -187,6 +196,8 @@ flags parse(int argc, char** argv) {
   f.options.fail_on_send = f.crash_after;
   STRATA_EXPECTS(f.table_rows >= 1, "--table-rows must be at least 1");
   STRATA_EXPECTS(f.dim >= 1, "--dim must be at least 1");
+  STRATA_EXPECTS(f.gpu < 0 || f.model == "dlrm",
+                 "--gpu: only --model dlrm has a GPU model (cuda::dlrm); drop --gpu for ", f.model);
   return f;
 }
 
@@ -407,7 +418,21 @@ int main(int argc, char** argv) {
       }
       optim::adagrad opt;
       opt.lr = f.lr;
-      dispatch<models::dlrm>(f, c, opt, d);
+      if (f.gpu < 0) {
+        dispatch<models::dlrm>(f, c, opt, d);
+      } else {
+#if defined(STRATA_WITH_CUDA)
+        // The same model on the GPU: same fields, same parameters, same trainer policies.
+        cuda::dlrm::config g{c.dense_features, c.sparse_features, c.embedding_dim, c.table_rows,
+                             c.bottom_mlp,     c.top_mlp,         c.seed,          f.gpu};
+        if (f.leader()) log_line(cat("ctr_train: DLRM's dense part on CUDA device ", f.gpu));
+        dispatch<cuda::dlrm>(f, g, opt, d);
+#else
+        fail(errc::unsupported,
+             "--gpu: this ctr_train was built without CUDA (no nvcc when it was configured); "
+             "rebuild with the CUDA toolkit installed (-DSTRATA_CUDA=ON), or drop --gpu");
+#endif
+      }
     } else if (f.model == "wide_deep") {
       models::wide_deep::config c;
       c.deep_dim = f.dim;
