@@ -627,6 +627,7 @@ class trainer {
       dense_keys.resize(owner.dense_rows_);
       std::iota(dense_keys.begin(), dense_keys.end(), std::uint64_t{0});
       dense_padded = matrix<float>(owner.dense_rows_, owner.options_.dense_row);
+      dense_grad_row.resize(owner.options_.dense_row);
       dense_state_row.resize(owner.dense_state_floats_);
     }
     data::ctr_batch batch;
@@ -637,6 +638,7 @@ class trainer {
     std::vector<float> logits, dlogits;
     std::vector<std::uint64_t> dense_keys;
     matrix<float> dense_padded;
+    std::vector<float> dense_grad_row;  ///< the last, padded dense row's gradient
     std::vector<float> dense_state_row;
     std::vector<std::byte> blob;
     optim::sparse_gradient dedup;
@@ -734,8 +736,9 @@ class trainer {
                        grads.subspan(r * d, d));
     if (full < dense_rows_) {  // the last, padded row
       auto row = b.dense_padded.row(0);
-      std::vector<float> g(d, 0.0f);
+      std::vector<float>& g = b.dense_grad_row;
       const std::size_t left = dense_count_ - full * d;
+      std::fill(g.begin(), g.end(), 0.0f);
       std::fill(row.begin(), row.end(), 0.0f);
       std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(full * d), left, row.begin());
       std::copy_n(grads.begin() + static_cast<std::ptrdiff_t>(full * d), left, g.begin());
