@@ -18,7 +18,7 @@ status=0
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DSTRATA_TEST_DIRS=cuda -DSTRATA_BUILD_BENCH=OFF \
   -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_VERIFY_HEADERS=OFF > "$out/configure.log" 2>&1
-tests="cuda_test_kernels cuda_test_dense cuda_test_cache cuda_test_gpu_worker"
+tests="cuda_test_kernels cuda_test_dense cuda_test_cache cuda_test_gpu_worker cuda_test_link"
 # cuda_test_nccl exists only when CMake found NCCL.
 if ninja -C "$build" -t targets all 2>/dev/null | grep -q '^cuda_test_nccl:'; then
   tests="$tests cuda_test_nccl"
