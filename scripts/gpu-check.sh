@@ -17,10 +17,12 @@ jobs=$(nproc 2>/dev/null || echo 4)
 status=0
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DSTRATA_TEST_DIRS=cuda -DSTRATA_BUILD_BENCH=OFF \
-  -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_VERIFY_HEADERS=OFF > "$out/configure.log" 2>&1
+  -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_VERIFY_HEADERS=OFF > "$out/configure.log" 2>&1 ||
+  { echo "configure failed: see $out/configure.log"; exit 1; }
 tests="cuda_test_kernels cuda_test_dense cuda_test_cache cuda_test_gpu_worker cuda_test_link"
 # cuda_test_nccl exists only when CMake found NCCL.
-if ninja -C "$build" -t targets all 2>/dev/null | grep -q '^cuda_test_nccl:'; then
+# (grep without -q reads all of ninja's output: with pipefail, an early exit would SIGPIPE ninja.)
+if ninja -C "$build" -t targets all 2>/dev/null | grep '^cuda_test_nccl:' > /dev/null; then
   tests="$tests cuda_test_nccl"
 else
   echo "cuda_test_nccl: not built (CMake found no NCCL; see $out/configure.log)"
