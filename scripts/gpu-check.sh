@@ -15,6 +15,9 @@ jobs=$(nproc 2>/dev/null || echo 4)
   nvcc --version
 } > "$out/device.txt" 2>&1
 status=0
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "WARNING: no GPU visible (nvidia-smi -L failed): the CUDA tests below only SKIP and the benches measure nothing"
+fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DSTRATA_TEST_DIRS=cuda -DSTRATA_BUILD_BENCH=OFF \
   -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_VERIFY_HEADERS=OFF > "$out/configure.log" 2>&1 ||
