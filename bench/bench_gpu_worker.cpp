@@ -112,15 +112,7 @@ std::map<std::size_t, double> run_peer(const bench::options& o, const std::strin
 }
 
 cuda::dlrm::config gpu_config(const models::dlrm::config& c) {
-  cuda::dlrm::config g;
-  g.dense_features = c.dense_features;
-  g.sparse_features = c.sparse_features;
-  g.embedding_dim = c.embedding_dim;
-  g.table_rows = c.table_rows;
-  g.bottom_mlp = c.bottom_mlp;
-  g.top_mlp = c.top_mlp;
-  g.seed = c.seed;
-  return g;
+  return {c, 0};
 }
 
 /// A learnable synthetic CTR set with the Kaggle shape (13 dense, 26 sparse, 10^5 ids each).

@@ -423,8 +423,7 @@ int main(int argc, char** argv) {
       } else {
 #if defined(STRATA_WITH_CUDA)
         // The same model on the GPU: same fields, same parameters, same trainer policies.
-        cuda::dlrm::config g{c.dense_features, c.sparse_features, c.embedding_dim, c.table_rows,
-                             c.bottom_mlp,     c.top_mlp,         c.seed,          f.gpu};
+        const cuda::dlrm::config g{c, f.gpu};
         if (f.leader()) log_line(cat("ctr_train: DLRM's dense part on CUDA device ", f.gpu));
         dispatch<cuda::dlrm>(f, g, opt, d);
 #else

@@ -37,15 +37,7 @@ bool skip_without_gpu() {
 }
 
 cuda::dlrm::config gpu_config(const models::dlrm::config& c) {
-  cuda::dlrm::config g;
-  g.dense_features = c.dense_features;
-  g.sparse_features = c.sparse_features;
-  g.embedding_dim = c.embedding_dim;
-  g.table_rows = c.table_rows;
-  g.bottom_mlp = c.bottom_mlp;
-  g.top_mlp = c.top_mlp;
-  g.seed = c.seed;
-  return g;
+  return {c, 0};
 }
 
 models::dlrm::config model_config() {

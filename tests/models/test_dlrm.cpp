@@ -245,14 +245,7 @@ TEST_CASE("cuda::dlrm's host half has models::dlrm's parameter blocks and initia
           "[models][dlrm][cuda]") {
   // Needs no GPU and no CUDA compiler: the device half (dlrm_impl.cuh) is not linked here.
   const auto cpu_config = small_config();
-  cuda::dlrm::config gpu_config;
-  gpu_config.dense_features = cpu_config.dense_features;
-  gpu_config.sparse_features = cpu_config.sparse_features;
-  gpu_config.embedding_dim = cpu_config.embedding_dim;
-  gpu_config.table_rows = cpu_config.table_rows;
-  gpu_config.bottom_mlp = cpu_config.bottom_mlp;
-  gpu_config.top_mlp = cpu_config.top_mlp;
-  gpu_config.seed = cpu_config.seed;
+  const cuda::dlrm::config gpu_config{cpu_config, 0};  // the CPU sizes plus a device
   const models::dlrm cpu(cpu_config);
   const cuda::dlrm gpu(gpu_config);
   const auto& a = cpu.parameter_blocks().blocks();

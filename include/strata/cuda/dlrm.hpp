@@ -24,7 +24,7 @@
 #include "strata/core/matrix.hpp"
 #include "strata/embedding/concepts.hpp"
 #include "strata/models/concepts.hpp"
-#include "strata/models/criteo_kaggle.hpp"
+#include "strata/models/dlrm_config.hpp"
 #include "strata/nn/parameters.hpp"
 
 namespace strata::cuda {
@@ -56,17 +56,10 @@ namespace strata::cuda {
 /// models may share one device).
 class dlrm {
  public:
-  /// The fields of `models::dlrm::config`, plus the CUDA device.
-  struct config {
-    std::size_t dense_features = 13;
-    std::size_t sparse_features = 26;
-    std::size_t embedding_dim = 16;
-    /// Rows per table: one per sparse feature, or one value for all (0 = no fixed vocabulary).
-    std::vector<std::uint64_t> table_rows = models::criteo_kaggle_table_rows();
-    std::vector<std::size_t> bottom_mlp = {512, 256, 64, 16};
-    std::vector<std::size_t> top_mlp = {512, 256, 1};
-    std::uint64_t seed = 0;  ///< initialisation seed of the dense parameters
-    int device = 0;          ///< CUDA device index (cudaSetDevice) this model runs on
+  /// `models::dlrm::config` (models::dlrm_config), plus the CUDA device:
+  /// `cuda::dlrm::config{cpu_config, device}`.
+  struct config : models::dlrm_config {
+    int device = 0;  ///< CUDA device index (cudaSetDevice) this model runs on
   };
 
   /// One linear layer's place in the flat buffers.
@@ -76,13 +69,7 @@ class dlrm {
 
   dlrm() : dlrm(config{}) {}
   explicit dlrm(const config& c) : config_(c), state_(nullptr, &no_state) {
-    STRATA_EXPECTS(c.dense_features > 0, "cuda::dlrm::config: dense_features must be positive");
-    STRATA_EXPECTS(c.sparse_features > 0, "cuda::dlrm::config: sparse_features must be positive");
-    STRATA_EXPECTS(!c.bottom_mlp.empty() && c.bottom_mlp.back() == c.embedding_dim,
-                   "cuda::dlrm::config: the bottom MLP must end in embedding_dim = ",
-                   c.embedding_dim, " (its output meets the embeddings in the dot interaction)");
-    STRATA_EXPECTS(!c.top_mlp.empty() && c.top_mlp.back() == 1,
-                   "cuda::dlrm::config: the top MLP must end in 1 output (the logit)");
+    models::detail::check_dlrm_config("cuda::dlrm::config", c);
     STRATA_EXPECTS(c.device >= 0,
                    "cuda::dlrm::config: device must be a CUDA device index >= 0, "
                    "got ",

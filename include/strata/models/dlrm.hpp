@@ -13,7 +13,7 @@
 #include "strata/core/matrix.hpp"
 #include "strata/embedding/concepts.hpp"
 #include "strata/models/concepts.hpp"
-#include "strata/models/criteo_kaggle.hpp"
+#include "strata/models/dlrm_config.hpp"
 #include "strata/nn/common.hpp"
 #include "strata/nn/interaction.hpp"
 #include "strata/nn/mlp.hpp"
@@ -37,31 +37,12 @@ namespace strata::models {
 /// uses oneTBB inside (deterministic, see nn::linear).
 class dlrm {
  public:
-  /// Sizes; the defaults are DLRM's Criteo Kaggle configuration (bottom 13-512-256-64-16,
-  /// top 367-512-256-1 with 367 = 16 + 27·26/2).
-  struct config {
-    std::size_t dense_features = 13;
-    std::size_t sparse_features = 26;
-    std::size_t embedding_dim = 16;
-    /// Rows per table: one per sparse feature, or one value for all (0 = no fixed vocabulary).
-    std::vector<std::uint64_t> table_rows = criteo_kaggle_table_rows();
-    /// Output sizes of the bottom MLP's layers (its input is dense_features); the last must
-    /// equal embedding_dim.
-    std::vector<std::size_t> bottom_mlp = {512, 256, 64, 16};
-    /// Output sizes of the top MLP's layers (its input is d + (F+1)F/2); the last must be 1.
-    std::vector<std::size_t> top_mlp = {512, 256, 1};
-    std::uint64_t seed = 0;  ///< initialisation seed of the dense parameters
-  };
+  /// Sizes (models::dlrm_config); the defaults are DLRM's Criteo Kaggle configuration.
+  using config = dlrm_config;
 
   dlrm() : dlrm(config{}) {}
   explicit dlrm(const config& c) : config_(c), interaction_(c.sparse_features, c.embedding_dim) {
-    STRATA_EXPECTS(c.dense_features > 0, "dlrm::config: dense_features must be positive");
-    STRATA_EXPECTS(c.sparse_features > 0, "dlrm::config: sparse_features must be positive");
-    STRATA_EXPECTS(!c.bottom_mlp.empty() && c.bottom_mlp.back() == c.embedding_dim,
-                   "dlrm::config: the bottom MLP must end in embedding_dim = ", c.embedding_dim,
-                   " (its output meets the embeddings in the dot interaction)");
-    STRATA_EXPECTS(!c.top_mlp.empty() && c.top_mlp.back() == 1,
-                   "dlrm::config: the top MLP must end in 1 output (the logit)");
+    detail::check_dlrm_config("dlrm::config", c);
     const auto rows = detail::table_rows("dlrm", c.table_rows, c.sparse_features);
     for (std::size_t f = 0; f < c.sparse_features; ++f)
       tables_.push_back({cat("C", f + 1), rows[f], c.embedding_dim});
