@@ -17,6 +17,10 @@
 #include "strata/core/rng.hpp"
 #include "strata/cuda/row_cache.cuh"
 #include "strata/embedding/concepts.hpp"
+#include "support/catch_error.hpp"
+
+using strata_test::catch_error;
+using strata_test::contains;
 
 namespace embedding = strata::embedding;
 namespace cuda_test = strata::cuda_test;
@@ -122,21 +126,6 @@ std::vector<std::uint64_t> random_batch(std::mt19937_64& gen, std::size_t n,
   for (auto& k : keys)
     k = pool[pick(gen)];
   return keys;
-}
-
-template <class Fn>
-strata::error catch_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const strata::error& e) {
-    return e;
-  }
-  FAIL("expected strata::error");
-  return strata::error(errc::internal, "unreachable");
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 /// One gather into a fresh poisoned buffer, checked against the storage's rows now.

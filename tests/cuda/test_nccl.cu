@@ -28,6 +28,7 @@
 #include "strata/compress/compressed_allreduce.hpp"
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/core/rng.hpp"
 #include "strata/cuda/compress.cuh"
 #include "strata/cuda/nccl.cuh"
 
@@ -53,11 +54,7 @@ bool skip_without_gpus(int needed) {
 /// Input value i of `rank` for `seed`: uniform in [-1, 1) times 2^e, e in [-8, 8], so the
 /// order of additions shows in the rounding (about one sum in five changes with the order).
 float input_value(std::uint64_t seed, int rank, std::size_t i) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull +
-                    (std::uint64_t(static_cast<unsigned>(rank)) << 40) + std::uint64_t{i};
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  const std::uint64_t z = strata::counter_rng{seed, static_cast<std::uint64_t>(rank)}.bits(i);
   const float u = static_cast<float>(z >> 40) * 0x1p-23f - 1.0f;
   return std::ldexp(u, static_cast<int>((z >> 8) % 17) - 8);
 }

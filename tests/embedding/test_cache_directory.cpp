@@ -15,6 +15,10 @@
 #include <vector>
 
 #include "strata/embedding/cache_directory.hpp"
+#include "support/catch_error.hpp"
+
+using strata_test::catch_error;
+using strata_test::contains;
 
 using namespace strata;
 using namespace strata::embedding;
@@ -22,21 +26,6 @@ using namespace strata::embedding;
 namespace {
 
 constexpr std::uint64_t never_stale = std::numeric_limits<std::uint64_t>::max();
-
-template <class Fn>
-error catch_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const error& e) {
-    return e;
-  }
-  FAIL("expected strata::error");
-  return error(errc::internal, "unreachable");
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 /// The documented policy, written the slow, obvious way.
 class reference {

@@ -8,22 +8,14 @@
 #include "strata/core/rng.hpp"
 #include "strata/embedding.hpp"
 #include "strata/optim.hpp"
+#include "support/catch_error.hpp"
+
+using strata_test::catch_error;
 
 using namespace strata;
 using namespace strata::embedding;
 
 namespace {
-template <class Fn>
-error catch_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const error& e) {
-    return e;
-  }
-  FAIL("expected strata::error");
-  return error(errc::internal, "unreachable");
-}
-
 /// Trains `s` for a few steps with duplicate keys on table 1.
 template <class S>
 void train(S& s, std::size_t dim, std::uint64_t rows) {

@@ -7,6 +7,9 @@
 #include "strata/core/rng.hpp"
 #include "strata/embedding.hpp"
 #include "strata/optim.hpp"
+#include "support/catch_error.hpp"
+
+using strata_test::catch_error;
 
 using namespace strata;
 using namespace strata::embedding;
@@ -16,16 +19,6 @@ std::vector<table_spec> two_tables() {
   return {{"user", 100, 8}, {"item", 37, 3}};
 }
 
-template <class Fn>
-error catch_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const error& e) {
-    return e;
-  }
-  FAIL("expected strata::error");
-  return error(errc::internal, "unreachable");
-}
 }  // namespace
 
 TEST_CASE("local models storage", "[embedding][local]") {

@@ -6,6 +6,9 @@
 #include "strata/core/rng.hpp"
 #include "strata/embedding.hpp"
 #include "strata/optim.hpp"
+#include "support/catch_error.hpp"
+
+using strata_test::catch_error;
 
 using namespace strata;
 using namespace strata::embedding;
@@ -54,16 +57,6 @@ void check_forward(S& s, std::size_t t, const bags& b, pooling mode) {
     REQUIRE(out.flat()[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-6));
 }
 
-template <class Fn>
-error catch_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const error& e) {
-    return e;
-  }
-  FAIL("expected strata::error");
-  return error(errc::internal, "unreachable");
-}
 }  // namespace
 
 TEST_CASE("pooled forward equals a naive sum/mean, for local and hash_table",
