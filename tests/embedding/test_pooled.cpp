@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "strata/core/rng.hpp"
@@ -120,13 +121,55 @@ TEST_CASE("pooled backward equals finite differences of the pooled loss", "[embe
       }
     local<optim::sgd> before({{"t", rows, dim}}, {.lr = 1.0f}, {.seed = 2});
     lookup.backward(tables, 0, b.keys, b.offsets, mode, r.view());
-    REQUIRE(lookup.key_grads().rows() == b.keys.size());
+    REQUIRE(lookup.key_grads().rows() == 0);  // local: fused, no per-key rows
     for (std::uint64_t k = 0; k < rows; ++k)
       for (std::size_t c = 0; c < dim; ++c) {
         INFO("mode " << static_cast<int>(mode) << " key " << k << " col " << c);
         const double applied = double(before.row(0, k)[c]) - tables.row(0, k)[c];
         REQUIRE(applied == Approx(numeric[k * dim + c]).epsilon(1e-4).margin(1e-5));
       }
+  }
+}
+
+namespace {
+/// A storage without `apply_pooled_gradients`: pooled backward takes the unpool path.
+struct unfused {
+  local<optim::adagrad>& inner;
+  [[nodiscard]] std::size_t table_count() const { return inner.table_count(); }
+  [[nodiscard]] const table_spec& spec(std::size_t t) const { return inner.spec(t); }
+  void gather(std::size_t t, std::span<const std::uint64_t> keys, matrix_view<float> out) {
+    inner.gather(t, keys, out);
+  }
+  void apply_gradients(std::size_t t, std::span<const std::uint64_t> keys,
+                       matrix_view<const float> grads) {
+    inner.apply_gradients(t, keys, grads);
+  }
+};
+}  // namespace
+
+TEST_CASE("pooled backward: the unpool path (key_grads) and the fused path agree bitwise",
+          "[embedding][pooled]") {
+  STATIC_REQUIRE(storage<unfused>);
+  for (pooling mode : {pooling::sum, pooling::mean}) {
+    local<optim::adagrad> a({{"t", 300, 16}}, {.lr = 0.1f}, {.seed = 3});
+    local<optim::adagrad> b({{"t", 300, 16}}, {.lr = 0.1f}, {.seed = 3});
+    unfused via_unpool{b};
+    pooled_lookup fused, plain;
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      const bags batch = make_bags(400, 12, 300, 10 + step);
+      matrix<float> d_out(400, 16);
+      for (std::size_t i = 0; i < d_out.size(); ++i)
+        d_out.flat()[i] = counter_rng{step, 9}.normal(i);
+      fused.backward(a, 0, batch.keys, batch.offsets, mode, d_out.view());
+      plain.backward(via_unpool, 0, batch.keys, batch.offsets, mode, d_out.view());
+      REQUIRE(fused.key_grads().rows() == 0);
+      REQUIRE(plain.key_grads().rows() == batch.keys.size());
+      REQUIRE(plain.key_grads().cols() == 16);
+      const auto wa = a.weights(0), wb = b.weights(0);
+      REQUIRE(std::memcmp(wa.data(), wb.data(), 300 * 16 * sizeof(float)) == 0);
+      for (std::uint64_t k = 0; k < 300; ++k)
+        REQUIRE(std::memcmp(a.state(0, k).data(), b.state(0, k).data(), 16 * sizeof(float)) == 0);
+    }
   }
 }
 

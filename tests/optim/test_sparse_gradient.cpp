@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "strata/core/rng.hpp"
@@ -94,4 +95,67 @@ TEST_CASE("sum_duplicates rejects a gradient row count that differs from the key
     REQUIRE(e.code() == errc::size_mismatch);
     REQUIRE_THAT(e.what(), Catch::Contains("3 keys") && Catch::Contains("2 gradient rows"));
   }
+}
+
+TEST_CASE("key_groups: first-seen or ascending groups, members in input order, shares",
+          "[optim][sparse_gradient]") {
+  key_groups groups;
+  const std::vector<std::uint64_t> keys{7, 3, 7, 7, 1ull << 60, 3, 9};
+  groups.group(keys);
+  REQUIRE(std::vector<std::uint64_t>(groups.keys().begin(), groups.keys().end()) ==
+          std::vector<std::uint64_t>{7, 3, 1ull << 60, 9});
+  REQUIRE(std::vector<std::uint32_t>(groups.members(0).begin(), groups.members(0).end()) ==
+          std::vector<std::uint32_t>{0, 2, 3});
+  REQUIRE(std::vector<std::uint32_t>(groups.members(1).begin(), groups.members(1).end()) ==
+          std::vector<std::uint32_t>{1, 5});
+  REQUIRE(groups.max_key() == 1ull << 60);
+  REQUIRE(groups.member_count() == keys.size());
+  groups.group(keys, group_order::ascending_key);
+  REQUIRE(std::vector<std::uint64_t>(groups.keys().begin(), groups.keys().end()) ==
+          std::vector<std::uint64_t>{3, 7, 9, 1ull << 60});
+  REQUIRE(std::vector<std::uint32_t>(groups.members(1).begin(), groups.members(1).end()) ==
+          std::vector<std::uint32_t>{0, 2, 3});
+
+  // Bags: a key twice in one bag lists that bag twice; empty bags contribute nothing.
+  const std::vector<std::uint64_t> bag_keys{5, 5, 2, 5};
+  const std::vector<std::uint64_t> offsets{0, 2, 2, 4};
+  groups.group_bags(bag_keys, offsets);
+  REQUIRE(groups.size() == 2);
+  REQUIRE(std::vector<std::uint32_t>(groups.members(0).begin(), groups.members(0).end()) ==
+          std::vector<std::uint32_t>{0, 0, 2});
+  REQUIRE(std::vector<std::uint32_t>(groups.members(1).begin(), groups.members(1).end()) ==
+          std::vector<std::uint32_t>{2});
+
+  // Many keys (the index grows several times from a small start), then shares: disjoint,
+  // together the same groups with the same members.
+  const counter_rng rng{3, 0};
+  std::vector<std::uint64_t> many;
+  std::vector<std::uint64_t> bag_offsets{0};
+  for (std::size_t bag = 0; bag < 5000; ++bag) {  // 0..9 keys per bag, skewed: duplicates
+    const std::size_t len = rng.below(2 * bag, 10);
+    for (std::size_t j = 0; j < len; ++j)
+      many.push_back(rng.below(2 * bag + 1 + (j << 32), j % 2 ? 1u << 20 : 300));
+    bag_offsets.push_back(many.size());
+  }
+  groups.group(std::span<const std::uint64_t>(many).first(10));  // sizes the index small
+  groups.group_bags(many, bag_offsets);
+  std::map<std::uint64_t, std::vector<std::uint32_t>> all;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    all[groups.key(g)].assign(groups.members(g).begin(), groups.members(g).end());
+  std::map<std::uint64_t, std::vector<std::uint32_t>> want;
+  for (std::size_t bag = 0; bag + 1 < bag_offsets.size(); ++bag)
+    for (std::size_t i = bag_offsets[bag]; i < bag_offsets[bag + 1]; ++i)
+      want[many[i]].push_back(static_cast<std::uint32_t>(bag));
+  REQUIRE(all == want);
+  std::map<std::uint64_t, std::vector<std::uint32_t>> joined;
+  for (std::size_t p = 0; p < 3; ++p) {
+    key_groups share;
+    share.group_bags(many, bag_offsets, group_order::first_seen, {p, 3});
+    REQUIRE(share.max_key() == groups.max_key());
+    for (std::size_t g = 0; g < share.size(); ++g) {
+      REQUIRE(joined.count(share.key(g)) == 0);
+      joined[share.key(g)].assign(share.members(g).begin(), share.members(g).end());
+    }
+  }
+  REQUIRE(joined == want);
 }

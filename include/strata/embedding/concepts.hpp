@@ -32,8 +32,9 @@ struct table_spec {
 /// - Calls on different tables may run concurrently; calls on one table are serialised by the
 ///   caller.
 template <class S>
-concept storage = requires(S& s, const S& cs, std::size_t table, std::span<const std::uint64_t> keys,
-                           matrix_view<float> out, matrix_view<const float> grads) {
+concept storage = requires(S& s, const S& cs, std::size_t table,
+                           std::span<const std::uint64_t> keys, matrix_view<float> out,
+                           matrix_view<const float> grads) {
   { cs.table_count() } -> std::convertible_to<std::size_t>;
   { cs.spec(table) } -> std::convertible_to<const table_spec&>;
   s.gather(table, keys, out);

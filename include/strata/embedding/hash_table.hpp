@@ -21,6 +21,7 @@
 #include "strata/embedding/concepts.hpp"
 #include "strata/embedding/detail/rows.hpp"
 #include "strata/embedding/init.hpp"
+#include "strata/embedding/pooled.hpp"
 #include "strata/optim/concepts.hpp"
 #include "strata/optim/sparse_gradient.hpp"
 
@@ -41,9 +42,11 @@ namespace strata::embedding {
 /// 4·(dim + state_floats) + 8 + 16/load bytes (`memory_bytes`). Measured by bench_embedding
 /// (SGD, 10^6 random 64-bit keys): 106 B/row at dim 16 (local: 64 B/row) and 298 B/row at
 /// dim 64 (local: 256 B/row).
-/// Cost: gather and apply are one probe per key (parallel lookups, serial insertion of new
-/// keys, parallel row init/copy/update). Thread-safety: as `local` — calls on different
-/// tables may run concurrently, calls on one table must be serialised (gather inserts rows).
+/// Cost: gather is one probe per key, apply one per unique key (parallel lookups, serial
+/// insertion of new keys, parallel row init/copy/update); `apply_pooled_gradients` takes a
+/// pooled lookup's d_out directly (no per-key rows), as `local`'s does. Thread-safety: as `local` —
+/// calls on different tables may run concurrently, calls on one table must be serialised (gather
+/// inserts rows).
 template <optim::sparse_optimizer Optimizer>
 class hash_table {
  public:
@@ -85,18 +88,32 @@ class hash_table {
     detail::gather_rows(out, [&](std::size_t i) { return weights_of(tab, tab.found[i]); });
   }
 
-  /// Sums duplicate keys and applies the optimizer once per touched row (creating unseen rows
-  /// first). Validates everything before changing anything.
+  /// Sums duplicate keys (in input order) and applies the optimizer once per touched row
+  /// (creating unseen rows first, in ascending key order). Validates everything before changing
+  /// anything. Cost: O(n) grouping plus an O(u log u) sort of the u unique keys
+  /// (`optim::key_groups`), one probe per unique key, one fused sum-and-update pass
+  /// (`optim::apply_grouped`, tbb-parallel when large).
   void apply_gradients(std::size_t t, std::span<const std::uint64_t> keys,
                        matrix_view<const float> grads) {
     table& tab = checked(t, "hash_table::apply_gradients");
     detail::check_shape("hash_table::apply_gradients", "grads", t, tab.spec, grads.rows(),
                         keys.size(), grads.cols());
     detail::check_keys("hash_table::apply_gradients", t, tab.spec, keys);
-    tab.summed.sum_duplicates(keys, grads);
-    resolve(t, tab, tab.summed.keys());
-    optim::apply_sparse(optimizer_, tab.summed.grads(),
-                        [&](std::size_t i) { return ref_of(tab, tab.found[i]); });
+    tab.groups.group(keys, optim::group_order::ascending_key);
+    update(t, tab, grads);
+  }
+
+  /// Backward of a pooled lookup fused with the update, as `local::apply_pooled_gradients`:
+  /// bitwise equal to `unpool` followed by `apply_gradients`, without the per-key rows.
+  void apply_pooled_gradients(std::size_t t, std::span<const std::uint64_t> keys,
+                              std::span<const std::uint64_t> offsets, pooling mode,
+                              matrix_view<const float> d_out) {
+    table& tab = checked(t, "hash_table::apply_pooled_gradients");
+    detail::check_pooled_gradients("hash_table::apply_pooled_gradients", t, tab.spec, keys, offsets,
+                                   d_out);
+    detail::check_keys("hash_table::apply_pooled_gradients", t, tab.spec, keys);
+    tab.groups.group_bags(keys, offsets, optim::group_order::ascending_key);
+    update(t, tab, detail::bag_gradients(d_out, offsets, mode, tab.scaled));
   }
 
   /// Whether row `key` of table t exists (never creates it).
@@ -155,7 +172,8 @@ class hash_table {
     key_index index;  // key → row (and row → key)
     std::vector<aligned_buffer<float>> weight_chunks;
     std::vector<aligned_buffer<float>> state_chunks;
-    optim::sparse_gradient summed;       // reusable workspace
+    optim::key_groups groups;            // reusable grouping workspace
+    std::vector<float> scaled;           // d_out rows × 1/len for pooling::mean
     std::vector<std::uint64_t> found;    // row of each key of the current call
     std::vector<std::uint64_t> created;  // rows created by the current call
   };
@@ -173,6 +191,18 @@ class hash_table {
       if (tab.state_floats > 0) tab.state_chunks.emplace_back(chunk_rows * tab.state_floats);
     }
     return r;
+  }
+
+  /// Creates the rows of unseen grouped keys (ascending), then sums rows.row(member) per group
+  /// and applies the optimizer to the group's row.
+  void update(std::size_t t, table& tab, matrix_view<const float> rows) {
+    resolve(t, tab, tab.groups.keys());
+    const float* src = rows.data();
+    const std::size_t stride = rows.stride();
+    optim::apply_grouped(
+        optimizer_, tab.groups, tab.spec.dim,
+        [src, stride](std::uint32_t m) { return src + m * stride; },
+        [&tab](std::size_t g) { return ref_of(tab, tab.found[g]); });
   }
 
   /// tab.found[i] ← row of keys[i], creating and initialising rows of unseen keys.

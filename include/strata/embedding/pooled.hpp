@@ -1,7 +1,8 @@
 /// @file pooled.hpp
 /// Pooled (bag) lookups for multi-hot features: each bag of keys becomes one row, the sum or
 /// mean of its keys' rows; and the matching backward pass that turns dLoss/d(bag row) into one
-/// gradient row per key for `apply_gradients`.
+/// gradient row per key for `apply_gradients` (or hands d_out to a storage's fused
+/// `apply_pooled_gradients`).
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include <oneapi/tbb/blocked_range.h>
@@ -109,6 +111,42 @@ void pool_rows(std::span<const std::uint64_t> offsets, pooling mode, matrix_view
     }
   });
 }
+
+/// Checks the arguments of a storage's `apply_pooled_gradients`: CSR offsets over the keys
+/// (`errc::invalid_argument`) and d_out of bags × spec.dim (`errc::size_mismatch`).
+inline void check_pooled_gradients(std::string_view who, std::size_t table, const table_spec& spec,
+                                   std::span<const std::uint64_t> keys,
+                                   std::span<const std::uint64_t> offsets,
+                                   matrix_view<const float> d_out) {
+  check_offsets(offsets, keys.size());
+  const std::size_t bags = offsets.size() - 1;
+  if (d_out.rows() != bags || d_out.cols() != spec.dim)
+    fail(errc::size_mismatch,
+         cat(who, ": d_out is ", d_out.rows(), " x ", d_out.cols(), " but table ", table, " '",
+             spec.name, "' needs ", bags, " x ", spec.dim, " (one row of dim values per bag)"));
+}
+
+/// The rows whose per-key sums are the keys' gradients in a pooled backward: d_out itself for
+/// sum; for mean, d_out.row(b) · (1/len(b)) rounded to float exactly as `unpool` stores it,
+/// written once per bag into `scaled` (a pass of its own, so the product is never fused into
+/// the sums that follow).
+inline matrix_view<const float> bag_gradients(matrix_view<const float> d_out,
+                                              std::span<const std::uint64_t> offsets, pooling mode,
+                                              std::vector<float>& scaled) {
+  if (mode == pooling::sum) return d_out;
+  const std::size_t bags = d_out.rows(), dim = d_out.cols();
+  scaled.resize(bags * dim);
+  for (std::size_t b = 0; b < bags; ++b) {
+    const std::size_t len = offsets[b + 1] - offsets[b];
+    if (len == 0) continue;
+    const float scale = 1.0f / static_cast<float>(len);
+    const float* in = d_out.row(b).data();
+    float* out = scaled.data() + b * dim;
+    for (std::size_t c = 0; c < dim; ++c)
+      out[c] = in[c] * scale;
+  }
+  return {scaled.data(), bags, dim, dim};
+}
 }  // namespace detail
 
 /// out.row(b) ← sum or mean of rows.row(i) over bag b, where rows holds one gathered row per
@@ -153,8 +191,11 @@ inline void unpool(matrix_view<const float> d_out, std::span<const std::uint64_t
 ///   Storages that expose their dense weights (`local`) are read in place with software
 ///   prefetch (one pass, no intermediate buffer); others are gathered first, then pooled.
 ///   A storage that creates rows on gather (`hash_table`) creates them here too.
-/// - `backward(s, table, keys, offsets, mode, d_out)`: builds the per-key gradient rows
-///   (`key_grads()`) and calls `s.apply_gradients(table, keys, key_grads)`.
+/// - `backward(s, table, keys, offsets, mode, d_out)`: storages that offer
+///   `apply_pooled_gradients(table, keys, offsets, mode, d_out)` (`local`) get d_out directly
+///   and sum it per key without per-key rows (fused); others get the per-key gradient rows
+///   (`key_grads()`, built by `unpool`) through `s.apply_gradients(table, keys, key_grads)`.
+///   Both give bitwise the same rows.
 /// Not thread-safe: one `pooled_lookup` per thread.
 class pooled_lookup {
  public:
@@ -188,13 +229,21 @@ class pooled_lookup {
                 matrix_view<const float> d_out) {
     detail::check_table("pooled_lookup::backward", table, s.table_count());
     const std::size_t dim = s.spec(table).dim;
-    grads_.resize(keys.size() * dim);
     dim_ = dim;
-    unpool(d_out, offsets, mode, {grads_.data(), keys.size(), dim});
-    s.apply_gradients(table, keys, key_grads());
+    if constexpr (requires { s.apply_pooled_gradients(table, keys, offsets, mode, d_out); }) {
+      grads_.clear();  // fused: no per-key rows
+      s.apply_pooled_gradients(table, keys, offsets, mode, d_out);
+    } else {
+      grads_.resize(keys.size() * dim);
+      unpool(d_out, offsets, mode, {grads_.data(), keys.size(), dim});
+      s.apply_gradients(table, keys, key_grads());
+    }
   }
 
-  /// Per-key gradient rows of the last backward (keys.size() × dim).
+  /// Per-key gradient rows of the last backward (keys.size() × dim) when it went through
+  /// `unpool` + `apply_gradients`; 0 × dim after a fused backward (storages with
+  /// `apply_pooled_gradients`, such as `local`), which never builds them — call `unpool` for
+  /// them there.
   [[nodiscard]] matrix_view<const float> key_grads() const noexcept {
     return {grads_.data(), dim_ == 0 ? 0 : grads_.size() / dim_, dim_, dim_};
   }

@@ -23,11 +23,14 @@ inline constexpr std::size_t prefetch_distance = 8;
 /// Below this many floats a gather stays on the calling thread.
 inline constexpr std::size_t parallel_floats = std::size_t{1} << 15;
 
-/// Prefetches every cache line of a row of `dim` floats for reading.
+/// Prefetches every cache line of a row of `dim` floats for reading. The empty `asm volatile`
+/// keeps the prefetch: GCC deems a function (or lambda) whose only effect is __builtin_prefetch
+/// `const` and deletes calls to it that it did not inline early.
 inline void prefetch_row(const float* row, std::size_t dim) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
   for (std::size_t c = 0; c < dim; c += 16)
     __builtin_prefetch(row + c, 0, 3);
+  asm volatile("" : : "r"(row));
 #else
   (void)row;
   (void)dim;
