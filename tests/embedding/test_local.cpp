@@ -52,7 +52,20 @@ TEST_CASE("initial rows are uniform_init values of (seed, table, key)", "[embedd
   REQUIRE(init.value(0, 5, 0, 3) != init.value(1, 5, 0, 3));
   REQUIRE(uniform_init{.seed = 43}.value(0, 5, 0, 8) != init.value(0, 5, 0, 8));
   const uniform_init wide{.seed = 42, .scale = 3.0f};
-  REQUIRE(wide.bound(8) == 3.0f);
+  REQUIRE(wide.bound(0, 8) == 3.0f);
+  // DLRM's rule: per-table ±sqrt(1/rows); unbounded tables get the fallback; table_scales
+  // override scale only where given.
+  const std::vector<std::uint64_t> table_rows{400, 0, 1'000'000};
+  const auto dlrm = uniform_init::for_rows(42, table_rows, 0.25f);
+  REQUIRE(dlrm.bound(0, 8) == 0.05f);
+  REQUIRE(dlrm.bound(1, 8) == 0.25f);
+  REQUIRE(dlrm.bound(2, 8) == 0.001f);
+  REQUIRE(dlrm.bound(3, 8) == 0.25f);  // beyond the listed tables: scale
+  for (std::size_t c = 0; c < 8; ++c) {
+    REQUIRE(std::abs(dlrm.value(2, 77, c, 8)) <= 0.001f);
+    // Same draw, another half-width: the values scale with it (u is shared).
+    REQUIRE(dlrm.value(0, 77, c, 8) / 0.05f == Approx(init.value(0, 77, c, 8) / init.bound(0, 8)));
+  }
   REQUIRE(std::abs(wide.value(0, 5, 0, 8)) <= 3.0f);
   std::vector<float> row(5);
   init.fill(1, 9, row);

@@ -40,8 +40,10 @@ struct trainer_options {
   int fail_rank = -1;                        ///< fault rehearsal (threads): this rank fails ...
   std::uint64_t fail_on_send = 0;  ///< ... on its n-th send, and the whole run stops with the error
   bool fp16_pulls = false;         ///< PS pulls travel as fp16
-  float embedding_init_scale = 0.0f;  ///< uniform init half-width (0 = 1/sqrt(dim))
-  bool progress = true;               ///< live progress line on stderr
+  /// Uniform init half-width of every embedding row; 0 = DLRM's rule, ±sqrt(1/rows) per table
+  /// (±0.01 for tables without a row bound).
+  float embedding_init_scale = 0.0f;
+  bool progress = true;  ///< live progress line on stderr
 
   void check() const {
     STRATA_EXPECTS(workers >= 1, "trainer: workers must be ≥ 1, got ", workers);
