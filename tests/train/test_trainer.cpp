@@ -122,6 +122,29 @@ TEST_CASE("N workers reproduce single-worker training on the global batch",
   }
 }
 
+TEST_CASE("evaluating between segments under a PS strategy changes nothing", "[train][eval]") {
+  // Worker 0 evaluates at the end of each segment while the others already start the next:
+  // every server must have restarted its step count before their first pull.
+  const auto data = make_data(2000, 3);
+  const auto held_out = make_data(300, 4);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  for (int servers : {2, 0}) {
+    INFO("servers " << servers);
+    auto options = base_options(3, 8);
+    options.servers = servers;
+    hybrid_trainer<optim::adagrad> plain(small_dlrm(), opt, options);
+    const auto once = plain.fit(data, &held_out);
+    options.eval_every = 3;
+    hybrid_trainer<optim::adagrad> evaluating(small_dlrm(), opt, options);
+    const auto often = evaluating.fit(data, &held_out);
+    REQUIRE(often.evals.size() == 4);
+    CHECK(often.evals.back().auc == once.evals.back().auc);
+    CHECK(often.dense_checksum == once.dense_checksum);
+    CHECK(often.embedding_checksum == once.embedding_checksum);
+  }
+}
+
 namespace {
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("strata-test-" + name);

@@ -23,11 +23,11 @@ namespace strata::nn {
 
 /// Batches with at least this many rows are split over oneTBB threads; smaller ones run on
 /// the calling thread (splitting them costs more than it saves).
-inline constexpr std::size_t parallel_min_rows = 256;
+inline constexpr std::size_t parallel_min_rows = 64;
 /// Rows per parallel task. Fixed (never derived from the thread count), so every row is
 /// computed by the same instruction sequence whatever the number of threads: results are
 /// bitwise identical with 1 or N threads.
-inline constexpr std::size_t row_block = 128;
+inline constexpr std::size_t row_block = 64;
 
 namespace detail {
 

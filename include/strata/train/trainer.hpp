@@ -37,6 +37,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
 #include "strata/comm/collectives.hpp"
 #include "strata/comm/group.hpp"
 #include "strata/comm/thread_world.hpp"
@@ -400,9 +403,13 @@ class trainer {
         workers_[static_cast<std::size_t>(worker_index(t.rank()))]->reset_metrics();
       std::optional<eval_point> evaluated;
       rank_body(t, train_set, step, end, eval_set, evaluate, evaluated);
-      if constexpr (on_ps)
+      if constexpr (on_ps) {
         if (roles_->is_server(t.rank()))
           servers_[static_cast<std::size_t>(roles_->server_index(t.rank()))]->reset_clock();
+        // Every server restarts its step count before any worker pulls for the next segment
+        // (worker 0 may still be evaluating when the others finish theirs).
+        if (end < total) comm::barrier(t);
+      }
       if (evaluated) result.evals.push_back(*evaluated);
       step = end;
       if (!options_.checkpoint_dir.empty() &&
@@ -476,8 +483,15 @@ class trainer {
     std::vector<float> recent_logits, recent_labels;
   };
 
+  /// Embedding initialisation: ±embedding_init_scale when set, else DLRM's per-table
+  /// ±sqrt(1/rows).
   [[nodiscard]] embedding::uniform_init init() const {
-    return {options_.seed, options_.embedding_init_scale};
+    if (options_.embedding_init_scale > 0.0f)
+      return {options_.seed, options_.embedding_init_scale, {}};
+    std::vector<std::uint64_t> rows;
+    for (const auto& spec : tables_)
+      rows.push_back(spec.rows);
+    return embedding::uniform_init::for_rows(options_.seed, rows);
   }
   [[nodiscard]] std::size_t sparse_features() const {
     std::size_t n = tables_.size();
@@ -731,9 +745,14 @@ class trainer {
     const std::size_t d = options_.dense_row;
     const std::size_t sf = dense_state_floats_;
     const std::size_t full = dense_count_ / d;
-    for (std::size_t r = 0; r < full; ++r)
-      optimizer_.apply(params.subspan(r * d, d), me.dense_state.span().subspan(r * sf, sf),
-                       grads.subspan(r * d, d));
+    // Rows are independent: tbb-parallel in blocks of ≥ 32 K floats (same result, any order).
+    const auto state = me.dense_state.span();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, full, std::max<std::size_t>(1, 32768 / d)),
+                      [&](const tbb::blocked_range<std::size_t>& rows) {
+                        for (std::size_t r = rows.begin(); r < rows.end(); ++r)
+                          optimizer_.apply(params.subspan(r * d, d), state.subspan(r * sf, sf),
+                                           grads.subspan(r * d, d));
+                      });
     if (full < dense_rows_) {  // the last, padded row
       auto row = b.dense_padded.row(0);
       std::vector<float>& g = b.dense_grad_row;
@@ -750,6 +769,11 @@ class trainer {
   /// Allreduce strategy: every worker's summed row gradients reach every replica, and each
   /// replica applies them in rank order (so replicas stay bitwise identical).
   void exchange_sparse(storage_type& storage, comm::group<transport_type>& peers, step_buffers& b) {
+    if (peers.size() == 1) {  // nothing to exchange: the same sums, applied in place
+      for (std::size_t t = 0; t < tables_.size(); ++t)
+        storage.apply_gradients(t, b.keys[t], b.row_grads[t].view());
+      return;
+    }
     b.blob.clear();
     detail::blob_writer out{b.blob};
     for (std::size_t t = 0; t < tables_.size(); ++t) {
