@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -109,12 +111,118 @@ std::pair<double, double> run_local(std::size_t dim, int rounds,
   return {n / gather, n / apply};
 }
 
+/// The trainer's PS step (ctr_train --strategy ps): one rank that trains and serves (co-located,
+/// sync), `tables` tables of `dim`, a batch of `step_batch` keys per table; one round = pull
+/// every table, then push a gradient for every table. `batched` uses the multi-table calls
+/// (one pipelined request per table and server before any reply is awaited), otherwise one
+/// pull / push per table. Returns {pull rounds/s, step (pull + push) rounds/s}.
+constexpr std::size_t step_tables = 26, step_batch = 128;
+
+std::pair<double, double> run_step(std::size_t dim, int rounds, bool batched,
+                                   const std::vector<std::vector<std::uint64_t>>& keys) {
+  std::vector<embedding::table_spec> specs;
+  for (std::size_t t = 0; t < step_tables; ++t)
+    specs.push_back({cat("t", t), vocab, dim});
+  const ps::shard_map map(ps::layout::colocated(1), specs);
+  comm::thread_world world(1, {.timeout_seconds = 120});
+  double pull_seconds = 0, step_seconds = 0;
+  world.run([&](comm::thread_transport& t) {
+    ps::server<optim::sgd, ps::sync> server(map, 0);
+    std::exception_ptr server_error;
+    std::thread serving([&] {
+      try {
+        server.serve(t);
+      } catch (...) {
+        server_error = std::current_exception();
+      }
+    });
+    {
+      ps::client<ps::sync> c(t, map);
+      std::vector<matrix<float>> rows;
+      for (std::size_t i = 0; i < step_tables; ++i)
+        rows.emplace_back(step_batch, dim);
+      std::vector<ps::table_pull> pulls;
+      std::vector<ps::table_push> pushes;
+      for (std::size_t i = 0; i < step_tables; ++i) {
+        pulls.push_back({i, keys[i], rows[i]});
+        pushes.push_back({i, keys[i], rows[i]});
+      }
+      const auto pull = [&] {
+        if (batched) {
+          c.pull_tables(pulls);
+        } else {
+          for (std::size_t i = 0; i < step_tables; ++i)
+            c.pull(i, keys[i], rows[i]);
+        }
+      };
+      const auto push = [&] {
+        if (batched) {
+          c.push_tables(pushes);
+        } else {
+          for (std::size_t i = 0; i < step_tables; ++i)
+            c.push(i, keys[i], rows[i]);
+        }
+      };
+      pull();  // verify before timing
+      const embedding::uniform_init init{};
+      for (std::size_t i = 0; i < step_tables; ++i)
+        for (std::size_t r = 0; r < step_batch; r += 7)
+          if (rows[i](r, 0) != init.value(i, keys[i][r], 0, dim))
+            fail(errc::internal, cat("bench_ps: pulled row of table ", i, " is wrong"));
+      push();
+      stopwatch watch;
+      for (int r = 0; r < rounds; ++r) {
+        pull();
+        pull_seconds += watch.lap();
+        push();
+        step_seconds += watch.lap();
+      }
+      step_seconds += pull_seconds;
+      c.shutdown();
+    }
+    serving.join();
+    if (server_error) std::rethrow_exception(server_error);
+  });
+  return {rounds / pull_seconds, rounds / step_seconds};
+}
+
+/// Local baseline of run_step: the same gathers and applies on a dense local table.
+std::pair<double, double> run_step_local(std::size_t dim, int rounds,
+                                         const std::vector<std::vector<std::uint64_t>>& keys) {
+  std::vector<embedding::table_spec> specs;
+  for (std::size_t t = 0; t < step_tables; ++t)
+    specs.push_back({cat("t", t), vocab, dim});
+  embedding::local<optim::sgd> tables(specs);
+  std::vector<matrix<float>> rows;
+  for (std::size_t i = 0; i < step_tables; ++i)
+    rows.emplace_back(step_batch, dim);
+  const double gather = bench::best_seconds(
+      [&] {
+        for (int r = 0; r < rounds; ++r)
+          for (std::size_t i = 0; i < step_tables; ++i)
+            tables.gather(i, keys[i], rows[i]);
+      },
+      3);
+  const double step = bench::best_seconds(
+      [&] {
+        for (int r = 0; r < rounds; ++r)
+          for (std::size_t i = 0; i < step_tables; ++i) {
+            tables.gather(i, keys[i], rows[i]);
+            tables.apply_gradients(i, keys[i], rows[i]);
+          }
+      },
+      3);
+  return {rounds / gather, rounds / step};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto opts = bench::options::parse(argc, argv);
+  const auto opts = bench::options::parse(argc, argv, {"--step-only"});
+  const bool step_only = !opts.rest.empty();  // only the trainer-step scenario
   std::vector<config> configs;
-  if (opts.quick) {
+  if (step_only) {
+  } else if (opts.quick) {
     configs = {{2, 1, 1, 16}, {4, 2, 2, 64}};
   } else {
     for (std::size_t dim : {std::size_t{16}, std::size_t{64}})
@@ -138,6 +246,27 @@ int main(int argc, char** argv) {
     const auto name = cat("W", cfg.workers, "_S", cfg.servers, "_T", cfg.threads, "_dim", cfg.dim);
     results.push_back({cat("ps_pull_", name), pull, "rows/s", local_pull, pull / local_pull});
     results.push_back({cat("ps_push_", name), push, "rows/s", local_push, push / local_push});
+  }
+  {
+    const std::size_t dim = 16;
+    const int step_rounds = opts.quick ? 50 : 400;
+    std::vector<std::vector<std::uint64_t>> keys;
+    for (std::size_t i = 0; i < step_tables; ++i)
+      keys.push_back(zipf_keys(step_batch, 100 + i));
+    const auto [local_pull, local_step] = run_step_local(dim, step_rounds, keys);
+    for (const bool batched : {false, true}) {
+      double pull = 0, step = 0;
+      for (int rep = 0; rep < 3; ++rep) {  // best of 3
+        const auto [p, q] = run_step(dim, step_rounds, batched, keys);
+        pull = std::max(pull, p);
+        step = std::max(step, q);
+      }
+      const auto name =
+          cat(batched ? "batched" : "per_table", "_T", step_tables, "_b", step_batch, "_dim", dim);
+      results.push_back(
+          {cat("ps_step_pull_", name), pull, "rounds/s", local_pull, pull / local_pull});
+      results.push_back({cat("ps_step_", name), step, "rounds/s", local_step, step / local_step});
+    }
   }
   bench::report(opts, results);
 }

@@ -206,6 +206,17 @@ class thread_transport {
     post(peer, std::move(message));
   }
 
+  /// Buffered send that takes `bytes`' storage instead of copying it (the receiver's
+  /// recv_message / recv_any hands the same vector on): no copy at all in-process.
+  void send_owned(int peer, tag_t tag, std::vector<std::byte>&& bytes) {
+    before_send(peer, tag, "send");
+    detail::envelope message;
+    message.source = rank_;
+    message.tag = tag;
+    message.owned = std::move(bytes);
+    post(peer, std::move(message));
+  }
+
   /// Receives exactly `bytes.size()` bytes from `peer` with `tag`.
   void recv(int peer, tag_t tag, std::span<std::byte> bytes) {
     check_peer(peer, "recv");

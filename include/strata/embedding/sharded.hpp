@@ -29,6 +29,8 @@ namespace strata::embedding {
 /// - `apply_gradients(table, keys, grads)` is `ps::client::push`: duplicates summed on the
 ///   worker, the servers run `Optimizer` under `Consistency` (`server_type` is the matching
 ///   server to run on server ranks).
+/// - `gather_tables(entries)` / `apply_gradients_tables(entries)`: the same for several tables
+///   in one call — one pipelined round trip per step instead of one per table.
 /// - `rebind_consistency<C>` is the same storage under another policy, so a trainer can pick
 ///   it.
 /// Thread-safety: calls are serialised by an internal mutex (the client is single-threaded).
@@ -62,6 +64,19 @@ class sharded {
                        matrix_view<const float> grads) {
     std::lock_guard lock(mutex_);
     client_.push(table, keys, grads);
+  }
+  /// Multi-table gather: `gather` of every entry, with one pipelined round trip for all of
+  /// them (`ps::client::pull_tables`); bitwise the rows of one `gather` per entry. The tables
+  /// must be distinct.
+  void gather_tables(std::span<const ps::table_pull> entries) {
+    std::lock_guard lock(mutex_);
+    client_.pull_tables(entries);
+  }
+  /// Multi-table apply: `apply_gradients` of every entry, in order, all validated before any
+  /// is sent (`ps::client::push_tables`). The tables must be distinct.
+  void apply_gradients_tables(std::span<const ps::table_push> entries) {
+    std::lock_guard lock(mutex_);
+    client_.push_tables(entries);
   }
   /// Tells the servers this worker is done (call once at the end of training).
   void shutdown() {

@@ -64,6 +64,15 @@ class shared_endpoint {
     std::lock_guard lock(*mutex_);
     t_->send(peer, tag, bytes);
   }
+  /// Forwarded when T has it (`thread_transport`): a send that moves the buffer.
+  void send_owned(int peer, comm::tag_t tag, std::vector<std::byte>&& bytes) requires
+      requires(T& t) {
+    t.send_owned(peer, tag, std::move(bytes));
+  }
+  {
+    std::lock_guard lock(*mutex_);
+    t_->send_owned(peer, tag, std::move(bytes));
+  }
   void recv(int peer, comm::tag_t tag, std::span<std::byte> bytes) { t_->recv(peer, tag, bytes); }
   std::vector<std::byte> recv_message(int peer, comm::tag_t tag) {
     return t_->recv_message(peer, tag);
@@ -85,6 +94,22 @@ class shared_endpoint {
 };
 static_assert(comm::transport<shared_endpoint<comm::thread_transport>>);
 
+/// One table's part of a multi-table pull (`client::pull_tables`,
+/// `embedding::sharded::gather_tables`): out.row(i) ← row keys[i] of `table`.
+struct table_pull {
+  std::size_t table = 0;
+  std::span<const std::uint64_t> keys;
+  matrix_view<float> out;  ///< keys.size() × dim of the table
+};
+
+/// One table's part of a multi-table push (`client::push_tables`,
+/// `embedding::sharded::apply_gradients_tables`): grads.row(i) = dLoss/d(row keys[i]).
+struct table_push {
+  std::size_t table = 0;
+  std::span<const std::uint64_t> keys;
+  matrix_view<const float> grads;  ///< keys.size() × dim of the table
+};
+
 /// A worker's endpoint to the parameter servers of a `shard_map`.
 ///
 /// - `pull(table, keys, out)`: de-duplicates keys (one row per unique key travels), partitions
@@ -94,6 +119,9 @@ static_assert(comm::transport<shared_endpoint<comm::thread_transport>>);
 ///   order within a key), partitions, and sends one summed row per unique key to its server
 ///   — and a (possibly empty) push to every server so each one counts the step; then advances
 ///   this worker's step of the table. Does not wait for the servers.
+/// - `pull_tables(entries)` / `push_tables(entries)`: the same for several distinct tables at
+///   once; a multi-table pull sends every request to every server before it awaits any reply
+///   (one round trip for all tables, replies matched by table), with bitwise the same rows.
 /// - `shutdown()`: tells every server this worker is done and waits for each to confirm that
 ///   all its earlier requests were handled.
 /// Errors: a bad key raises `errc::out_of_range` naming table, key and range before anything
@@ -135,114 +163,40 @@ class client {
     return steps_[t];
   }
 
-  /// out.row(i) ← row keys[i] of `table`, from the servers.
+  /// out.row(i) ← row keys[i] of `table`, from the servers (a multi-table pull of one table).
   void pull(std::size_t table, std::span<const std::uint64_t> keys, matrix_view<float> out) {
-    map_.check_keys(table, keys, "ps::client::pull");
-    const std::size_t dim = map_.spec(table).dim;
-    if (out.rows() != keys.size() || out.cols() != dim)
-      fail(errc::size_mismatch, cat("ps::client::pull: out is ", out.rows(), " × ", out.cols(),
-                                    " but table ", table, " needs ", keys.size(), " × ", dim));
-    deduplicate(keys);
-    partition(table);
-    rows_.resize(unique_.size() * dim);
-    const wire_codec codec = options_.fp16_pulls ? wire_codec::fp16 : wire_codec::fp32;
-    const auto servers = static_cast<std::size_t>(map_.roles().servers());
-    for (std::size_t s = 0; s < servers; ++s) {
-      const auto& skeys = server_keys_[s];
-      if (skeys.empty()) continue;
-      header h = request(msg_type::pull_request, table);
-      h.codec = codec;
-      h.key_count = skeys.size();
-      h.payload_bytes = skeys.size() * 8;
-      const auto payload = start_message(messages_[s], h);
-      std::memcpy(payload.data(), skeys.data(), skeys.size() * 8);
-      t_->send(server_rank(s), comm::tags::ps_request, messages_[s]);
-    }
-    std::optional<error> first;
-    for (std::size_t s = 0; s < servers; ++s) {
-      if (server_keys_[s].empty()) continue;
-      try {
-        receive_pull_reply(table, s, codec, dim, first);
-      } catch (const error& e) {
-        if (!first) first = e;
-      }
-    }
-    if (first) throw *first;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const float* row = rows_.data() + slot_of_[i] * dim;
-      std::copy(row, row + dim, out.row(i).begin());
-    }
+    const table_pull one{table, keys, out};
+    pull_batch(std::span(&one, 1), "ps::client::pull");
+  }
+
+  /// Multi-table pull: for every entry, out.row(i) ← row keys[i] of its table. Every request
+  /// to every server is sent before any reply is awaited, so k tables cost one round trip
+  /// (plus O(k) per-message work) instead of k; results are bitwise those of k `pull` calls.
+  /// The tables must be distinct. Everything is validated before anything is sent.
+  void pull_tables(std::span<const table_pull> pulls) {
+    pull_batch(pulls, "ps::client::pull_tables");
   }
 
   /// Sends dLoss/d(row keys[i]) = grads.row(i), summed per unique key, to the servers.
   void push(std::size_t table, std::span<const std::uint64_t> keys,
             matrix_view<const float> grads) {
-    map_.check_keys(table, keys, "ps::client::push");
-    const std::size_t dim = map_.spec(table).dim;
-    if (grads.rows() != keys.size() || grads.cols() != dim)
-      fail(errc::size_mismatch,
-           cat("ps::client::push: grads are ", grads.rows(), " × ", grads.cols(), " but table ",
-               table, " needs ", keys.size(), " × ", dim));
-    summed_.sum_duplicates(keys, grads);
-    const auto unique = summed_.keys();
-    const auto summed = summed_.grads();
-    const auto servers = static_cast<std::size_t>(map_.roles().servers());
-    for (auto& k : server_keys_)
-      k.clear();
-    for (auto& k : server_slots_)
-      k.clear();
-    for (std::size_t u = 0; u < unique.size(); ++u) {
-      const std::size_t s = map_.server_of(table, unique[u]);
-      server_keys_[s].push_back(unique[u]);
-      server_slots_[s].push_back(u);
-    }
-    for (std::size_t s = 0; s < servers; ++s) {
-      const auto& skeys = server_keys_[s];
-      const std::size_t n = skeys.size(), values = n * dim;
-      header h = request(msg_type::push_request, table);
-      h.key_count = n;
-      auto& message = messages_[s];
-      if constexpr (lossless_push) {
-        h.codec = wire_codec::fp32;
-        h.payload_bytes = n * 8 + values * 4;
-        const auto payload = start_message(message, h);
-        if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
-        for (std::size_t j = 0; j < n; ++j)
-          std::memcpy(payload.data() + n * 8 + j * dim * 4, summed.row(server_slots_[s][j]).data(),
-                      dim * 4);
-      } else {
-        h.codec = wire_codec::compressed;
-        const std::size_t bound = codec_.max_encoded_bytes(values);
-        h.payload_bytes = n * 8 + bound;
-        const auto payload = start_message(message, h);
-        if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
-        staged_.resize(values);
-        for (std::size_t j = 0; j < n; ++j) {
-          const auto g = summed.row(server_slots_[s][j]);
-          std::copy(g.begin(), g.end(), staged_.begin() + static_cast<std::ptrdiff_t>(j * dim));
-          if (options_.error_feedback) {
-            const float* r = residual_row(table, skeys[j], dim);
-            for (std::size_t c = 0; c < dim; ++c)
-              staged_[j * dim + c] += r[c];
-          }
-        }
-        const std::size_t written = codec_.encode(staged_, payload.subspan(n * 8));
-        if (options_.error_feedback) {
-          decoded_.resize(values);
-          codec_.decode(payload.subspan(n * 8, written), std::span<float>(decoded_));
-          for (std::size_t j = 0; j < n; ++j) {
-            float* r = residual_row(table, skeys[j], dim);
-            for (std::size_t c = 0; c < dim; ++c) {
-              const float e = staged_[j * dim + c] - decoded_[j * dim + c];
-              r[c] = (std::bit_cast<std::uint32_t>(e) & 0x7f80'0000u) != 0x7f80'0000u ? e : 0.0f;
-            }
-          }
-        }
-        finish_message(message, n * 8 + written);
-      }
-      t_->send(server_rank(s), comm::tags::ps_request, message);
-    }
-    ++steps_[table];
+    const table_push one{table, keys, grads};
+    push_tables(std::span(&one, 1), "ps::client::push");
+  }
+
+  /// Multi-table push: `push` of every entry, in order (the tables must be distinct). Every
+  /// entry is validated before anything is sent, so a bad entry sends nothing and advances no
+  /// step. Does not wait for the servers.
+  void push_tables(std::span<const table_push> pushes,
+                   const char* who = "ps::client::push_tables") {
+    check_batch(pushes, who, [&](const table_push& p) {
+      if (p.grads.rows() != p.keys.size() || p.grads.cols() != map_.spec(p.table).dim)
+        fail(errc::size_mismatch,
+             cat(who, ": grads are ", p.grads.rows(), " × ", p.grads.cols(), " but table ", p.table,
+                 " needs ", p.keys.size(), " × ", map_.spec(p.table).dim));
+    });
+    for (const table_push& p : pushes)
+      push_one(p.table, p.keys, p.grads);
   }
 
   /// Tells every server this worker is done; returns once each confirmed. Raises the first
@@ -332,81 +286,257 @@ class client {
     return store.data.data() + slot * dim;
   }
 
-  /// unique_ ← the distinct keys, ascending (the protocol's order); slot_of_[i] ← index of
-  /// keys[i] in unique_. One flat-index probe per key, then a sort of the distinct keys only
-  /// (with Zipf ids far fewer than n).
-  void deduplicate(std::span<const std::uint64_t> keys) {
+  /// One table's push (validated by the caller): sum duplicates, partition, encode, send.
+  void push_one(std::size_t table, std::span<const std::uint64_t> keys,
+                matrix_view<const float> grads) {
+    const std::size_t dim = map_.spec(table).dim;
+    summed_.sum_duplicates(keys, grads);
+    const auto unique = summed_.keys();
+    const auto summed = summed_.grads();
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    for (auto& k : server_keys_)
+      k.clear();
+    for (auto& k : server_slots_)
+      k.clear();
+    for (std::size_t u = 0; u < unique.size(); ++u) {
+      const std::size_t s = map_.server_of(table, unique[u]);
+      server_keys_[s].push_back(unique[u]);
+      server_slots_[s].push_back(u);
+    }
+    for (std::size_t s = 0; s < servers; ++s) {
+      const auto& skeys = server_keys_[s];
+      const std::size_t n = skeys.size(), values = n * dim;
+      header h = request(msg_type::push_request, table);
+      h.key_count = n;
+      auto& message = messages_[s];
+      if constexpr (lossless_push) {
+        h.codec = wire_codec::fp32;
+        h.payload_bytes = n * 8 + values * 4;
+        const auto payload = start_message(message, h);
+        if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
+        for (std::size_t j = 0; j < n; ++j)
+          std::memcpy(payload.data() + n * 8 + j * dim * 4, summed.row(server_slots_[s][j]).data(),
+                      dim * 4);
+      } else {
+        h.codec = wire_codec::compressed;
+        const std::size_t bound = codec_.max_encoded_bytes(values);
+        h.payload_bytes = n * 8 + bound;
+        const auto payload = start_message(message, h);
+        if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
+        staged_.resize(values);
+        for (std::size_t j = 0; j < n; ++j) {
+          const auto g = summed.row(server_slots_[s][j]);
+          std::copy(g.begin(), g.end(), staged_.begin() + static_cast<std::ptrdiff_t>(j * dim));
+          if (options_.error_feedback) {
+            const float* r = residual_row(table, skeys[j], dim);
+            for (std::size_t c = 0; c < dim; ++c)
+              staged_[j * dim + c] += r[c];
+          }
+        }
+        const std::size_t written = codec_.encode(staged_, payload.subspan(n * 8));
+        if (options_.error_feedback) {
+          decoded_.resize(values);
+          codec_.decode(payload.subspan(n * 8, written), std::span<float>(decoded_));
+          for (std::size_t j = 0; j < n; ++j) {
+            float* r = residual_row(table, skeys[j], dim);
+            for (std::size_t c = 0; c < dim; ++c) {
+              const float e = staged_[j * dim + c] - decoded_[j * dim + c];
+              r[c] = (std::bit_cast<std::uint32_t>(e) & 0x7f80'0000u) != 0x7f80'0000u ? e : 0.0f;
+            }
+          }
+        }
+        finish_message(message, n * 8 + written);
+      }
+      t_->send(server_rank(s), comm::tags::ps_request, message);
+    }
+    ++steps_[table];
+  }
+
+  /// What one table of a pull keeps between sending its requests and scattering the rows.
+  struct pull_state {
+    std::size_t table = 0, dim = 0;
+    std::vector<std::uint64_t> unique;   // distinct keys, ascending (the protocol's order)
+    std::vector<std::uint32_t> slot_of;  // keys[i] → index in unique
+    std::vector<std::vector<std::uint64_t>> server_keys;   // per server: its unique keys
+    std::vector<std::vector<std::uint32_t>> server_slots;  // per server: their indexes in unique
+    std::vector<std::vector<std::byte>> replies;           // per server: its reply (empty: none)
+    std::vector<const std::byte*> source;                  // fp32: unique row u in a reply
+    std::vector<float> rows;                               // fp16: decoded unique rows
+  };
+
+  /// Validates a batch before anything is sent: table indexes, distinct tables, keys inside
+  /// fixed tables, then `shape(entry)`.
+  template <class Entry, class Shape>
+  void check_batch(std::span<const Entry> batch, const char* who, Shape&& shape) {
+    marks_.assign(map_.table_count(), 0);
+    for (const Entry& e : batch) {
+      map_.check_keys(e.table, e.keys, who);
+      if (marks_[e.table]++ != 0)
+        fail(errc::invalid_argument, cat(who, ": table ", e.table,
+                                         " appears twice in one batch; pass each table once "
+                                         "(concatenate its keys)"));
+      shape(e);
+    }
+  }
+
+  void pull_batch(std::span<const table_pull> pulls, const char* who) {
+    check_batch(pulls, who, [&](const table_pull& p) {
+      const std::size_t dim = map_.spec(p.table).dim;
+      if (p.out.rows() != p.keys.size() || p.out.cols() != dim)
+        fail(errc::size_mismatch,
+             cat(who, ": out is ", p.out.rows(), " × ", p.out.cols(), " but table ", p.table,
+                 " needs ", p.keys.size(), " × ", dim));
+    });
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    const wire_codec codec = options_.fp16_pulls ? wire_codec::fp16 : wire_codec::fp32;
+    if (states_.size() < pulls.size()) states_.resize(pulls.size());
+    position_.assign(map_.table_count(), -1);
+    pending_.assign(servers, 0);
+    for (std::size_t p = 0; p < pulls.size(); ++p) {
+      pull_state& st = states_[p];
+      st.table = pulls[p].table;
+      st.dim = map_.spec(st.table).dim;
+      position_[st.table] = static_cast<std::ptrdiff_t>(p);
+      deduplicate(pulls[p].keys, st);
+      partition(st, servers);
+      for (std::size_t s = 0; s < servers; ++s) {
+        const auto& skeys = st.server_keys[s];
+        if (skeys.empty()) continue;
+        header h = request(msg_type::pull_request, st.table);
+        h.codec = codec;
+        h.key_count = skeys.size();
+        h.payload_bytes = skeys.size() * 8;
+        const auto payload = start_message(messages_[s], h);
+        std::memcpy(payload.data(), skeys.data(), skeys.size() * 8);
+        t_->send(server_rank(s), comm::tags::ps_request, messages_[s]);
+        ++pending_[s];
+      }
+    }
+    std::optional<error> first;
+    for (std::size_t s = 0; s < servers; ++s)
+      while (pending_[s] > 0) {
+        try {
+          receive_pull_reply(s, codec, who, first);
+        } catch (const error& e) {
+          if (e.code() == errc::timeout || e.code() == errc::aborted) throw;
+          if (!first) first = e;
+        }
+      }
+    if (first) throw *first;
+    for (std::size_t p = 0; p < pulls.size(); ++p)
+      scatter(states_[p], pulls[p], codec);
+  }
+
+  /// st.unique ← the distinct keys, ascending; st.slot_of[i] ← index of keys[i] in st.unique.
+  /// One flat-index probe per key, then a sort of the distinct keys only (with Zipf ids far
+  /// fewer than n).
+  void deduplicate(std::span<const std::uint64_t> keys, pull_state& st) {
     const std::size_t n = keys.size();
     seen_.clear();
     seen_.reserve(n);
-    slot_of_.resize(n);
+    st.slot_of.resize(n);
     for (std::size_t i = 0; i < n; ++i)
-      slot_of_[i] = seen_.find_or_insert(keys[i]).first;
+      st.slot_of[i] = static_cast<std::uint32_t>(seen_.find_or_insert(keys[i]).first);
     const auto distinct = seen_.keys();
     order_.resize(distinct.size());
     for (std::size_t u = 0; u < distinct.size(); ++u)
       order_[u] = {distinct[u], u};
     std::sort(order_.begin(), order_.end());
-    unique_.resize(distinct.size());
+    st.unique.resize(distinct.size());
     rank_.resize(distinct.size());
     for (std::size_t r = 0; r < order_.size(); ++r) {
-      unique_[r] = order_[r].first;
+      st.unique[r] = order_[r].first;
       rank_[order_[r].second] = r;
     }
-    for (auto& slot : slot_of_)
-      slot = rank_[slot];
+    for (auto& slot : st.slot_of)
+      slot = static_cast<std::uint32_t>(rank_[slot]);
   }
-  void partition(std::size_t table) {
-    for (auto& k : server_keys_)
-      k.clear();
-    for (auto& k : server_slots_)
-      k.clear();
-    for (std::size_t u = 0; u < unique_.size(); ++u) {
-      const std::size_t s = map_.server_of(table, unique_[u]);
-      server_keys_[s].push_back(unique_[u]);
-      server_slots_[s].push_back(u);
+  void partition(pull_state& st, std::size_t servers) {
+    st.server_keys.resize(servers);
+    st.server_slots.resize(servers);
+    st.replies.resize(servers);
+    for (std::size_t s = 0; s < servers; ++s) {
+      st.server_keys[s].clear();
+      st.server_slots[s].clear();
+      st.replies[s].clear();
+    }
+    for (std::size_t u = 0; u < st.unique.size(); ++u) {
+      const std::size_t s = map_.server_of(st.table, st.unique[u]);
+      st.server_keys[s].push_back(st.unique[u]);
+      st.server_slots[s].push_back(static_cast<std::uint32_t>(u));
     }
   }
 
-  /// Receives server s's reply to the pending pull (raising error replies to it, recording
-  /// error replies to earlier pushes in `first`) and copies its rows into rows_.
-  void receive_pull_reply(std::size_t table, std::size_t s, wire_codec codec, std::size_t dim,
+  /// Receives one reply of server s to a pending pull of this batch and keeps it in the state
+  /// of the table it answers (replies may arrive in any order: a parked pull is answered
+  /// later). An error reply to a pull answers that pull; error replies to earlier pushes are
+  /// recorded in `first`. A reply that answers nothing pending raises `errc::bad_message`.
+  void receive_pull_reply(std::size_t s, wire_codec codec, const char* who,
                           std::optional<error>& first) {
-    for (;;) {
-      const auto bytes = t_->recv_message(server_rank(s), comm::tags::ps_reply);
-      const header h = decode_header(bytes);
-      if (h.type == msg_type::error_reply) {
-        const auto info = decode_error(h, bytes);
-        if (info.failed == msg_type::pull_request) throw error(info.code, info.text);
-        if (!first) first = error(info.code, info.text);
-        continue;
-      }
-      const auto& skeys = server_keys_[s];
-      if (h.type != msg_type::pull_reply || h.worker != static_cast<std::uint32_t>(worker_) ||
-          h.table != table || h.step != steps_[table] || h.key_count != skeys.size() ||
-          h.dim != dim || h.codec != codec)
-        fail(
-            errc::bad_message,
-            cat("ps::client::pull: reply from server ", s, " (type ", static_cast<int>(h.type),
-                ", worker ", h.worker, ", table ", h.table, ", step ", h.step, ", ", h.key_count,
-                " keys, dim ", h.dim, ") does not answer the request (worker ", worker_, ", table ",
-                table, ", step ", steps_[table], ", ", skeys.size(), " keys, dim ", dim, ")"));
-      const std::size_t values = row_values(h);
-      const auto payload = payload_of(bytes);
-      if (payload.size() != values * value_bytes(codec))
-        fail(errc::bad_message, cat("ps::client::pull: reply from server ", s, " carries ",
-                                    payload.size(), " bytes for ", values, " values"));
-      const auto& slots = server_slots_[s];
-      if (codec == wire_codec::fp32) {
-        for (std::size_t j = 0; j < slots.size(); ++j)
-          std::memcpy(rows_.data() + slots[j] * dim, payload.data() + j * dim * 4, dim * 4);
-      } else {
-        staged_.resize(values);
-        compress::fp16{}.decode(payload, std::span<float>(staged_));
-        for (std::size_t j = 0; j < slots.size(); ++j)
-          std::copy_n(staged_.data() + j * dim, dim, rows_.data() + slots[j] * dim);
-      }
+    auto bytes = t_->recv_message(server_rank(s), comm::tags::ps_reply);
+    header h;
+    try {
+      h = decode_header(bytes);
+    } catch (...) {
+      --pending_[s];  // it answers nothing we can name; count it so the batch ends
+      throw;
+    }
+    if (h.type == msg_type::error_reply) {
+      const auto info = decode_error(h, bytes);
+      if (info.failed == msg_type::pull_request) --pending_[s];
+      if (!first) first = error(info.code, info.text);
       return;
+    }
+    --pending_[s];
+    const std::ptrdiff_t p = h.table < position_.size() ? position_[h.table] : -1;
+    pull_state* st = p >= 0 ? &states_[static_cast<std::size_t>(p)] : nullptr;
+    if (h.type != msg_type::pull_reply || h.worker != static_cast<std::uint32_t>(worker_) ||
+        st == nullptr || st->server_keys[s].empty() || !st->replies[s].empty() ||
+        h.step != steps_[h.table] || h.key_count != st->server_keys[s].size() || h.dim != st->dim ||
+        h.codec != codec)
+      fail(errc::bad_message,
+           cat(who, ": reply from server ", s, " (type ", static_cast<int>(h.type), ", worker ",
+               h.worker, ", table ", h.table, ", step ", h.step, ", ", h.key_count, " keys, dim ",
+               h.dim, ", codec ", static_cast<int>(h.codec), ") answers no pending pull of worker ",
+               worker_,
+               st == nullptr ? std::string(" (no pull of that table is pending)")
+                             : cat(" (pending: step ", steps_[h.table], ", ",
+                                   st->server_keys[s].size(), " keys, dim ", st->dim, ")")));
+    const std::size_t values = row_values(h);
+    if (payload_of(bytes).size() != values * value_bytes(codec))
+      fail(errc::bad_message,
+           cat(who, ": reply from server ", s, " for table ", h.table, " carries ",
+               payload_of(bytes).size(), " bytes for ", values, " values"));
+    st->replies[s] = std::move(bytes);
+  }
+
+  /// Scatters a table's received rows back to batch order: fp32 rows are copied once, from
+  /// the reply buffers straight into `out`; fp16 rows are decoded first.
+  void scatter(pull_state& st, const table_pull& pull, wire_codec codec) {
+    const std::size_t dim = st.dim, servers = st.replies.size();
+    if (codec == wire_codec::fp32) {
+      st.source.resize(st.unique.size());
+      for (std::size_t s = 0; s < servers; ++s) {
+        const std::byte* rows = st.replies[s].data() + header_bytes;
+        const auto& slots = st.server_slots[s];
+        for (std::size_t j = 0; j < slots.size(); ++j)
+          st.source[slots[j]] = rows + j * dim * 4;
+      }
+      for (std::size_t i = 0; i < pull.keys.size(); ++i)
+        std::memcpy(pull.out.row(i).data(), st.source[st.slot_of[i]], dim * 4);
+    } else {
+      st.rows.resize(st.unique.size() * dim);
+      const compress::fp16 half;
+      for (std::size_t s = 0; s < servers; ++s) {
+        const auto& slots = st.server_slots[s];
+        if (slots.empty()) continue;
+        staged_.resize(slots.size() * dim);
+        half.decode(payload_of(st.replies[s]), std::span<float>(staged_));
+        for (std::size_t j = 0; j < slots.size(); ++j)
+          std::copy_n(staged_.data() + j * dim, dim, st.rows.data() + slots[j] * dim);
+      }
+      for (std::size_t i = 0; i < pull.keys.size(); ++i)
+        std::copy_n(st.rows.data() + st.slot_of[i] * dim, dim, pull.out.row(i).begin());
     }
   }
 
@@ -420,12 +550,14 @@ class client {
   key_index seen_;  // de-duplication of the current pull
   std::vector<std::pair<std::uint64_t, std::size_t>> order_;
   std::vector<std::size_t> rank_;
-  std::vector<std::uint64_t> unique_;
-  std::vector<std::size_t> slot_of_;
-  std::vector<std::vector<std::uint64_t>> server_keys_;
+  std::vector<pull_state> states_;        // per table of the current pull batch
+  std::vector<std::ptrdiff_t> position_;  // table → its index in the pull batch (or −1)
+  std::vector<std::size_t> pending_;      // per server: replies still awaited
+  std::vector<unsigned char> marks_;      // per table: seen in the batch being checked
+  std::vector<std::vector<std::uint64_t>> server_keys_;  // push: per server
   std::vector<std::vector<std::size_t>> server_slots_;
   std::vector<std::vector<std::byte>> messages_;
-  std::vector<float> rows_, staged_, decoded_;
+  std::vector<float> staged_, decoded_;
   optim::sparse_gradient summed_;
 };
 

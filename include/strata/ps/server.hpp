@@ -71,8 +71,10 @@ struct shard_stats {
 ///
 /// `serve(transport)` receives requests (tag `comm::tags::ps_request`) from every worker,
 /// handles each worker's requests in order (different workers concurrently) on a task arena of
-/// `server_options::threads` threads, replies with `comm::tags::ps_reply`, and returns once
-/// every worker has sent a shutdown and all work is done. Consistency:
+/// `server_options::threads` threads (with threads == 1, on serve()'s own thread: no hand-off
+/// per request), replies with `comm::tags::ps_reply` (moving the reply buffer into transports
+/// with `send_owned`, so an in-process reply is never copied), and returns once every worker
+/// has sent a shutdown and all work is done. Consistency:
 /// - `sync`: a step's pushes from all W workers are summed in worker-rank order and applied
 ///   once; pulls for step t are parked until steps < t are applied.
 /// - `async`: pushes applied on arrival; pulls never wait.
@@ -140,6 +142,9 @@ class server {
     // The arena's slots are all reserved for the server's own threads, so the thread count is
     // exactly `threads` whatever oneTBB's global worker limit, and work is handed over through
     // the server's own (instrumented, TSan-visible) queue rather than pooled tbb tasks.
+    // With one thread, the receiving thread does the work itself: no hand-off, no wake-up of
+    // a second thread per request (which dominates small requests), the same order.
+    inline_ = options_.threads == 1;
     tbb::task_arena arena(options_.threads, static_cast<unsigned>(options_.threads));
     {
       std::lock_guard lock(done_mutex_);
@@ -147,7 +152,7 @@ class server {
     }
     std::vector<std::thread> pool;
     pool.reserve(static_cast<std::size_t>(options_.threads));
-    for (int i = 0; i < options_.threads; ++i)
+    for (int i = 0; !inline_ && i < options_.threads; ++i)
       pool.emplace_back([this, &arena] { arena.execute([this] { work_loop(); }); });
     const int workers = roles.workers();
     int shutdowns = 0;
@@ -161,13 +166,16 @@ class server {
           encode_error(reply, 0, msg_type::pull_request, 0, 0, errc::bad_message,
                        cat("ps server ", index_, ": rank ", m.source,
                            " sent a request but is not a worker (", roles.describe(), ")"));
-          send(t, m.source, reply);
+          send(t, m.source, std::move(reply));
           continue;
         }
         if (m.bytes.size() >= header_bytes &&
             static_cast<std::uint8_t>(m.bytes[6]) == static_cast<std::uint8_t>(msg_type::shutdown))
           ++shutdowns;
-        enqueue(t, roles.worker_index(m.source), std::move(m.bytes));
+        if (inline_)
+          handle_reporting(t, roles.worker_index(m.source), m.bytes);
+        else
+          enqueue(t, roles.worker_index(m.source), std::move(m.bytes));
       }
     } catch (...) {
       failure = std::current_exception();
@@ -342,15 +350,24 @@ class server {
     return st.data.data() + slot * tab.row_floats;
   }
 
+  /// Sends a reply; moves the buffer into transports that can take it (`send_owned`).
   template <comm::transport T>
-  void send(T& t, int rank, std::span<const std::byte> bytes) {
+  void send(T& t, int rank, std::vector<std::byte>&& bytes) {
+    const std::size_t size = bytes.size();
     std::lock_guard lock(send_mutex_);
-    t.send(rank, comm::tags::ps_reply, bytes);
-    bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    if constexpr (requires { t.send_owned(rank, comm::tags::ps_reply, std::move(bytes)); })
+      t.send_owned(rank, comm::tags::ps_reply, std::move(bytes));
+    else
+      t.send(rank, comm::tags::ps_reply, bytes);
+    bytes_sent_.fetch_add(size, std::memory_order_relaxed);
   }
 
-  /// Queues `fn` for the server's threads.
+  /// Queues `fn` for the server's threads (runs it at once when the server works inline).
   void spawn(std::function<void()> fn) {
+    if (inline_) {
+      fn();  // fn reports its own failures; a failing transport propagates to serve()
+      return;
+    }
     {
       std::lock_guard lock(done_mutex_);
       ++outstanding_;
@@ -412,7 +429,13 @@ class server {
   /// Runs `handle`, turning any failure into an error reply to the worker.
   template <comm::transport T>
   void handle_reporting(T& t, int worker, std::span<const std::byte> bytes) {
+    // The failed request's type as sent (even if it does not decode), so the client can tell
+    // which of its requests the error answers.
     msg_type type = msg_type::pull_request;
+    if (bytes.size() >= header_bytes) {
+      const auto raw = static_cast<std::uint8_t>(bytes[6]);
+      if (raw >= 1 && raw <= msg_type_last) type = static_cast<msg_type>(raw);
+    }
     std::uint32_t table = 0;
     std::uint64_t step = 0;
     errc code = errc::internal;
@@ -430,7 +453,7 @@ class server {
     encode_error(
         reply, static_cast<std::uint32_t>(worker), type, table, step, code,
         cat("ps server ", index_, " (rank ", map_.roles().server_rank(index_), "): ", text));
-    send(t, map_.roles().worker_rank(worker), reply);
+    send(t, map_.roles().worker_rank(worker), std::move(reply));
   }
 
   /// Keys must be owned by this shard.
@@ -455,7 +478,7 @@ class server {
       ack.worker = r.h.worker;
       std::vector<std::byte> reply;
       start_message(reply, ack);
-      send(t, map_.roles().worker_rank(worker), reply);
+      send(t, map_.roles().worker_rank(worker), std::move(reply));
       return;
     }
     check_owned(r.h.table, r.keys);
@@ -536,7 +559,7 @@ class server {
     });
     pull_requests_.fetch_add(1, std::memory_order_relaxed);
     keys_pulled_.fetch_add(n, std::memory_order_relaxed);
-    send(t, map_.roles().worker_rank(pull.worker), reply);
+    send(t, map_.roles().worker_rank(pull.worker), std::move(reply));
   }
 
   template <comm::transport T>
@@ -688,7 +711,7 @@ class server {
           std::vector<std::byte> reply;
           encode_error(reply, static_cast<std::uint32_t>(pull.worker), msg_type::pull_request,
                        static_cast<std::uint32_t>(table), pull.step, errc::internal, e.what());
-          send(t, map_.roles().worker_rank(pull.worker), reply);
+          send(t, map_.roles().worker_rank(pull.worker), std::move(reply));
         }
       });
     lock.lock();
@@ -715,6 +738,7 @@ class server {
   std::deque<std::function<void()>> jobs_;
   std::condition_variable jobs_ready_;
   bool stopping_ = false;
+  bool inline_ = false;  // threads == 1: serve()'s thread handles every request itself
   std::atomic<std::uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
       bytes_received_{0}, bytes_sent_{0}, deferred_pulls_{0}, max_staleness_{0};
 };

@@ -656,11 +656,17 @@ class trainer {
     std::vector<float> dense_state_row;
     std::vector<std::byte> blob;
     optim::sparse_gradient dedup;
+    std::vector<ps::table_pull> pulls;  ///< PS strategies: every table's pull of one step
+    std::vector<ps::table_push> pushes;
   };
 
   /// Gathers embedding rows (and, for parameter_server, the dense parameters) for `batch`.
   void fetch(worker_state& me, storage_type& storage, step_buffers& b) {
     const std::size_t n = b.batch.size();
+    // On parameter servers every table (and the dense table) is pulled in one multi-table
+    // call: one pipelined round trip per step instead of one per table, the same rows.
+    auto& pulls = b.pulls;
+    pulls.clear();
     for (std::size_t t = 0; t < tables_.size(); ++t) {
       auto& keys = b.keys[t];
       keys.resize(n);
@@ -671,12 +677,17 @@ class trainer {
         b.rows[t] = matrix<float>(n, tables_[t].dim);
         b.row_grads[t] = matrix<float>(n, tables_[t].dim);
       }
-      storage.gather(t, keys, b.rows[t].view());
+      if constexpr (on_ps)
+        pulls.push_back({t, keys, b.rows[t].view()});
+      else
+        storage.gather(t, keys, b.rows[t].view());
       b.inputs[t] = b.rows[t].view();
       b.grad_views[t] = b.row_grads[t].view();
     }
+    if constexpr (traits::dense_on_ps)
+      pulls.push_back({tables_.size(), b.dense_keys, b.dense_padded.view()});
+    if constexpr (on_ps) storage.gather_tables(pulls);
     if constexpr (traits::dense_on_ps) {
-      storage.gather(tables_.size(), b.dense_keys, b.dense_padded.view());
       auto params = me.model.parameters();
       std::copy_n(b.dense_padded.data(), params.size(), params.begin());
     }
@@ -716,8 +727,11 @@ class trainer {
     }
 
     if constexpr (on_ps) {
+      auto& pushes = b.pushes;  // one multi-table push
+      pushes.clear();
       for (std::size_t t = 0; t < tables_.size(); ++t)
-        storage.apply_gradients(t, b.keys[t], b.row_grads[t].view());
+        pushes.push_back({t, b.keys[t], b.row_grads[t].view()});
+      storage.apply_gradients_tables(pushes);
       me.timer.mark(push_phase);
     } else {
       exchange_sparse(storage, peers, b);

@@ -1,0 +1,237 @@
+// Multi-table pull and push (ps::client::pull_tables / push_tables,
+// embedding::sharded::gather_tables / apply_gradients_tables): bitwise the results of one call
+// per table, and of a local table; every bad entry rejected before anything is sent.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ps/harness.hpp"
+#include "strata/core/rng.hpp"
+#include "strata/embedding/local.hpp"
+#include "strata/optim/adagrad.hpp"
+
+using namespace strata;
+using ps_test::run_job;
+
+namespace {
+
+const std::vector<embedding::table_spec> specs = {
+    {"a", 50, 4}, {"b", 0, 8}, {"c", 40, 3}, {"d", 7, 5}};
+
+/// Keys of (worker, step, table): duplicates, an empty batch now and then, and for the
+/// unbounded table "b" large 64-bit keys.
+std::vector<std::uint64_t> keys_of(int worker, int step, std::size_t table,
+                                   const std::vector<embedding::table_spec>& sp = specs) {
+  const counter_rng rng{7, static_cast<std::uint64_t>(worker * 1000 + step * 10) + table};
+  if ((step + worker + static_cast<int>(table)) % 5 == 4) return {};
+  const std::size_t n = 3 + rng.below(0, 12);
+  std::vector<std::uint64_t> keys(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t rows = sp[table].rows == 0 ? 30 : sp[table].rows;
+    keys[i] = rng.below(i + 1, rows);
+    if (sp[table].rows == 0) keys[i] = keys[i] * 0x9E3779B97F4A7C15ull;
+  }
+  return keys;
+}
+
+float grad_of(int worker, int step, std::size_t i) {
+  return std::sin(static_cast<float>(worker * 131 + step * 17) + static_cast<float>(i) * 0.37f);
+}
+
+/// Every worker runs `steps` steps of (pull every table, push every table), batched or one
+/// table at a time, and records every pulled row; returns the records in worker order.
+template <class Cons>
+std::vector<std::vector<float>> run_steps(const ps::layout& roles, bool batched, int steps,
+                                          ps::client_options copts = {}) {
+  const ps::shard_map map(roles, specs);
+  comm::thread_world world(roles.ranks(), {.timeout_seconds = 30});
+  std::vector<std::vector<float>> pulled(static_cast<std::size_t>(roles.workers()));
+  run_job<Cons>(
+      world, map, optim::adagrad{.lr = 0.3f},
+      [&](auto& c, int w) {
+        auto& record = pulled[static_cast<std::size_t>(w)];
+        for (int step = 0; step < steps; ++step) {
+          std::vector<std::vector<std::uint64_t>> keys;
+          std::vector<matrix<float>> rows, grads;
+          for (std::size_t t = 0; t < specs.size(); ++t) {
+            keys.push_back(keys_of(w, step, t));
+            rows.emplace_back(keys[t].size(), specs[t].dim);
+            grads.emplace_back(keys[t].size(), specs[t].dim);
+            for (std::size_t i = 0; i < grads[t].size(); ++i)
+              grads[t].flat()[i] = grad_of(w, step, i + t * 100);
+          }
+          if (batched) {
+            // Tables in a scrambled order: the order of the entries must not matter.
+            std::vector<ps::table_pull> pulls;
+            std::vector<ps::table_push> pushes;
+            for (const std::size_t t :
+                 {std::size_t{2}, std::size_t{0}, std::size_t{3}, std::size_t{1}}) {
+              pulls.push_back({t, keys[t], rows[t]});
+              pushes.push_back({t, keys[t], grads[t]});
+            }
+            c.pull_tables(pulls);
+            c.push_tables(pushes);
+          } else {
+            for (std::size_t t = 0; t < specs.size(); ++t)
+              c.pull(t, keys[t], rows[t]);
+            for (std::size_t t = 0; t < specs.size(); ++t)
+              c.push(t, keys[t], grads[t]);
+          }
+          for (const auto& r : rows)
+            record.insert(record.end(), r.flat().begin(), r.flat().end());
+        }
+        // The final state of every row any worker touched.
+        std::vector<matrix<float>> rows;
+        for (std::size_t t = 0; t < specs.size(); ++t) {
+          std::vector<std::uint64_t> all;
+          for (int ww = 0; ww < roles.workers(); ++ww)
+            for (int step = 0; step < steps; ++step)
+              for (const auto k : keys_of(ww, step, t))
+                all.push_back(k);
+          matrix<float> r(all.size(), specs[t].dim);
+          c.pull(t, all, r);
+          record.insert(record.end(), r.flat().begin(), r.flat().end());
+        }
+      },
+      {}, copts);
+  return pulled;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("multi-table pull and push equal one call per table, bitwise", "[ps][batch]") {
+  SECTION("sync, 2 workers, 2 dedicated servers (pulls park, replies come out of order)") {
+    const auto roles = ps::layout::dedicated(2, 2);
+    const auto one = run_steps<ps::sync>(roles, false, 6);
+    const auto many = run_steps<ps::sync>(roles, true, 6);
+    for (std::size_t w = 0; w < one.size(); ++w)
+      REQUIRE(same_bits(one[w], many[w]));
+  }
+  SECTION("sync, 3 co-located ranks, fp16 pulls") {
+    const auto roles = ps::layout::colocated(3);
+    const ps::client_options copts{.fp16_pulls = true};
+    const auto one = run_steps<ps::sync>(roles, false, 5, copts);
+    const auto many = run_steps<ps::sync>(roles, true, 5, copts);
+    for (std::size_t w = 0; w < one.size(); ++w)
+      REQUIRE(same_bits(one[w], many[w]));
+  }
+  SECTION("bounded<1>, 1 worker, 3 servers") {
+    const auto roles = ps::layout::dedicated(1, 3);
+    const auto one = run_steps<ps::bounded<1>>(roles, false, 5);
+    const auto many = run_steps<ps::bounded<1>>(roles, true, 5);
+    REQUIRE(same_bits(one[0], many[0]));
+  }
+}
+
+TEST_CASE("sharded gather_tables / apply_gradients_tables match a local table bitwise",
+          "[ps][batch][sharded]") {
+  using storage = embedding::sharded<optim::adagrad>;
+  const optim::adagrad opt{.lr = 0.2f};
+  const std::vector<embedding::table_spec> specs = {// local storage needs fixed tables
+                                                    {"a", 50, 4},
+                                                    {"b", 30, 8},
+                                                    {"c", 40, 3},
+                                                    {"d", 7, 5}};
+  embedding::local<optim::adagrad> ref(specs, opt);
+  // One rank that trains and serves (the trainer's co-located layout, server on a thread).
+  const ps::shard_map map(ps::layout::colocated(1), specs);
+  comm::thread_world world(1, {.timeout_seconds = 30});
+  world.run([&](comm::thread_transport& t) {
+    storage::server_type server(map, 0, opt);
+    std::exception_ptr server_error;
+    std::thread serving([&] {
+      try {
+        server.serve(t);
+      } catch (...) {
+        server_error = std::current_exception();
+      }
+    });
+    {
+      storage s(t, map);
+      for (int step = 0; step < 6; ++step) {
+        std::vector<std::vector<std::uint64_t>> keys;
+        std::vector<matrix<float>> got, want, grads;
+        std::vector<ps::table_pull> pulls;
+        std::vector<ps::table_push> pushes;
+        for (std::size_t tab = 0; tab < specs.size(); ++tab)
+          keys.push_back(keys_of(0, step, tab, specs));
+        for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+          got.emplace_back(keys[tab].size(), specs[tab].dim);
+          want.emplace_back(keys[tab].size(), specs[tab].dim);
+          grads.emplace_back(keys[tab].size(), specs[tab].dim);
+          for (std::size_t i = 0; i < grads[tab].size(); ++i)
+            grads[tab].flat()[i] = grad_of(0, step, i + tab * 100);
+        }
+        for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+          pulls.push_back({tab, keys[tab], got[tab]});
+          pushes.push_back({tab, keys[tab], grads[tab]});
+        }
+        s.gather_tables(pulls);
+        for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+          ref.gather(tab, keys[tab], want[tab]);
+          INFO("step " << step << " table " << tab);
+          REQUIRE(std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0);
+        }
+        s.apply_gradients_tables(pushes);
+        for (std::size_t tab = 0; tab < specs.size(); ++tab)
+          ref.apply_gradients(tab, keys[tab], grads[tab]);
+      }
+      s.shutdown();
+    }
+    serving.join();
+    if (server_error) std::rethrow_exception(server_error);
+  });
+}
+
+TEST_CASE("multi-table calls reject a bad entry before sending anything", "[ps][batch][errors]") {
+  const ps::shard_map map(ps::layout::dedicated(1, 2), specs);
+  comm::thread_world world(3, {.timeout_seconds = 30});
+  run_job<ps::sync>(world, map, optim::adagrad{}, [&](auto& c, int) {
+    const std::vector<std::uint64_t> keys = {1, 2, 2}, bad = {1, 99};
+    matrix<float> a(3, 4), c3(3, 3), wrong(3, 5), d(2, 5);
+    const auto code_of = [](auto&& fn) {
+      try {
+        fn();
+      } catch (const error& e) {
+        return e.code();
+      }
+      return errc::internal;
+    };
+    // The same table twice.
+    const std::vector<ps::table_pull> twice = {{0, keys, a}, {0, keys, a}};
+    CHECK(code_of([&] { c.pull_tables(twice); }) == errc::invalid_argument);
+    // A key outside the fixed table "d" (7 rows) in the second entry.
+    const std::vector<ps::table_pull> out_of_range = {{0, keys, a}, {3, bad, d}};
+    CHECK(code_of([&] { c.pull_tables(out_of_range); }) == errc::out_of_range);
+    // An output of the wrong width.
+    const std::vector<ps::table_pull> misshaped = {{2, keys, c3}, {0, keys, wrong}};
+    CHECK(code_of([&] { c.pull_tables(misshaped); }) == errc::size_mismatch);
+    // A table index that does not exist.
+    const std::vector<ps::table_pull> no_table = {{0, keys, a}, {9, keys, a}};
+    CHECK(code_of([&] { c.pull_tables(no_table); }) == errc::out_of_range);
+    const std::vector<ps::table_push> bad_push = {{0, keys, a}, {3, bad, d}};
+    CHECK(code_of([&] { c.push_tables(bad_push); }) == errc::out_of_range);
+    const std::vector<ps::table_push> twice_push = {{2, keys, c3}, {2, keys, c3}};
+    CHECK(code_of([&] { c.push_tables(twice_push); }) == errc::invalid_argument);
+    // Nothing was sent: no step advanced, and a good batch still gets exactly its replies.
+    for (std::size_t t = 0; t < specs.size(); ++t)
+      CHECK(c.step(t) == 0);
+    const std::vector<ps::table_pull> good = {{0, keys, a}, {2, keys, c3}};
+    c.pull_tables(good);
+    const embedding::uniform_init init{};
+    CHECK(a(1, 3) == init.value(0, 2, 3, 4));
+    CHECK(c3(0, 2) == init.value(2, 1, 2, 3));
+    // An empty batch is a no-op.
+    c.pull_tables({});
+    c.push_tables({});
+  });
+}
