@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -45,6 +46,15 @@ namespace {
 
 using namespace strata;
 
+/// Evaluation numbers of a report (-1 when the run had no evaluation).
+struct eval_or_none {
+  double auc = -1, logloss = -1;
+  std::size_t samples = 0;
+  eval_or_none() = default;
+  explicit eval_or_none(const train::eval_point& e)
+      : auc(e.auc), logloss(e.logloss), samples(e.samples) {}
+};
+
 struct flags {
   std::string model = "dlrm";
   std::string strategy = "hybrid";
@@ -57,9 +67,11 @@ struct flags {
   std::uint64_t distinct_ids = 200;
   std::size_t dim = 16;
   float lr = 0.05f;
+  std::size_t global_batch = 256;  ///< --batch: samples per step over all workers
   bool skip_bad_lines = false;
   bool tiny = false;
   int gpu = -1;                   ///< CUDA device of every worker's DLRM (-1: the CPU model)
+  std::string report_json;        ///< --report-json PATH: the final table as JSON (for bench_ctr)
   int crash_rank = -1;            ///< fault rehearsal: this rank ...
   std::uint64_t crash_after = 0;  ///< ... fails on its n-th send
   train::trainer_options options;
@@ -77,7 +89,8 @@ struct flags {
       "  --compressor none|fp16|int8   dense gradients / PS pushes on the wire (int8: with error "
       "feedback)\n"
       "  --workers N --servers S (0 = co-located) --server-threads T\n"
-      "  --batch B (per worker) --lr LR --epochs E --max-steps N --seed S\n"
+      "  --batch B (global: split evenly over the workers) --lr LR --epochs E --max-steps N\n"
+      "  --seed S\n"
       "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
       "  --eval-samples N (held-out synthetic rows) --eval-every STEPS\n"
       "  --table-rows R (hash buckets per feature) --dim D\n"
@@ -90,13 +103,13 @@ struct flags {
       "  --crash-rank R --crash-after-sends N   fault rehearsal: rank R fails on its N-th send\n"
       "                                (threads: an error stops every rank; mpirun: the process "
       "dies)\n"
+      "  --report-json PATH              also write the final report as one JSON object\n"
       "  --no-progress\n");
   std::exit(code);
 }
 
 flags parse(int argc, char** argv) {
   flags f;
-  f.options.batch = 256;
   f.options.epochs = 1;
   f.options.workers = 4;
   f.options.servers = 2;
@@ -140,7 +153,7 @@ flags parse(int argc, char** argv) {
     else if (a == "--server-threads")
       f.options.server_threads = static_cast<int>(count());
     else if (a == "--batch")
-      f.options.batch = count();
+      f.global_batch = count();
     else if (a == "--lr")
       f.lr = static_cast<float>(number());
     else if (a == "--epochs")
@@ -181,6 +194,8 @@ flags parse(int argc, char** argv) {
       f.tiny = true;
     else if (a == "--gpu")
       f.gpu = static_cast<int>(count());
+    else if (a == "--report-json")
+      f.report_json = value();
     else if (a == "--no-progress")
       f.options.progress = false;
     else if (a == "--crash-rank")
@@ -249,6 +264,28 @@ datasets load_data(const flags& f) {
   return d;
 }
 
+/// The final report as one JSON object (what bench_ctr reads).
+void write_report_json(const std::string& path, const train::train_report& r, double teacher_auc) {
+  std::ofstream out(path);
+  if (!out) fail(errc::io_error, cat("--report-json: cannot write '", path, "'"));
+  const eval_or_none e = r.evals.empty() ? eval_or_none{} : eval_or_none{r.evals.back()};
+  char checksums[64];
+  std::snprintf(checksums, sizeof checksums, "%016llx/%016llx",
+                static_cast<unsigned long long>(r.dense_checksum),
+                static_cast<unsigned long long>(r.embedding_checksum));
+  out << "{\"strategy\": \"" << r.strategy << "\", \"workers\": " << r.workers
+      << ", \"servers\": " << r.servers << ", \"steps\": " << r.steps
+      << ", \"samples\": " << r.samples << ", \"seconds\": " << r.seconds
+      << ", \"samples_per_s\": " << r.samples_per_second << ", \"train_auc\": " << r.train_auc
+      << ", \"train_logloss\": " << r.train_loss << ", \"eval_auc\": " << e.auc
+      << ", \"eval_logloss\": " << e.logloss << ", \"eval_samples\": " << e.samples
+      << ", \"teacher_auc\": " << teacher_auc << ", \"checksum\": \"" << checksums << "\"";
+  for (std::size_t p = 0; p < train::phase_count; ++p)
+    out << ", \"seconds_" << train::phase_names[p] << "\": " << r.phase_seconds[p];
+  out << "}\n";
+  if (!out) fail(errc::io_error, cat("--report-json: writing '", path, "' failed"));
+}
+
 template <class Trainer>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
          typename Trainer::optimizer_type optimizer, const datasets& d) {
@@ -292,6 +329,7 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
   std::printf("%-28s %016llx / %016llx\n", "checksum dense / embeddings",
               static_cast<unsigned long long>(r.dense_checksum),
               static_cast<unsigned long long>(r.embedding_checksum));
+  if (!f.report_json.empty()) write_report_json(f.report_json, r, d.teacher_auc);
 }
 
 template <class Model, class Storage, class Communicator>
@@ -343,10 +381,14 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
     for (const auto& t : probe.tables())
       embedding_bytes += t.rows * t.dim * sizeof(float);
     const std::uint64_t dense_bytes = probe.parameters().size() * sizeof(float);
-    strategy = train::choose_strategy(embedding_bytes, dense_bytes);
+    // One worker in one process has nobody to share parameters with: every table stays local
+    // (allreduce over one rank moves nothing). Otherwise the size rule decides.
+    const bool alone = f.options.workers == 1 && f.process == nullptr && f.consistency == "sync";
+    strategy = alone ? "allreduce" : train::choose_strategy(embedding_bytes, dense_bytes);
     if (f.leader())
       log_line(cat("--strategy auto: embeddings ", embedding_bytes >> 20, " MiB, dense ",
-                   dense_bytes >> 10, " KiB -> ", strategy));
+                   dense_bytes >> 10, " KiB, ", f.options.workers, " worker",
+                   f.options.workers == 1 ? "" : "s", " -> ", strategy));
   }
   if (strategy == "allreduce") {
     if (f.consistency != "sync")
@@ -405,6 +447,12 @@ int main(int argc, char** argv) {
            "ctr_train was built without MPI (strata::mpi); install libopenmpi-dev and rebuild to "
            "run it under mpirun");
 #endif
+    // --batch is the global batch: the same samples per step (and so the same model, up to
+    // float summation order) whatever the worker count.
+    STRATA_EXPECTS(f.global_batch >= 1 && f.global_batch % f.options.workers == 0, "--batch ",
+                   f.global_batch, " is the global batch and must split evenly over ",
+                   f.options.workers, " workers; pass a multiple of ", f.options.workers);
+    f.options.batch = f.global_batch / static_cast<std::size_t>(f.options.workers);
     const datasets d = load_data(f);
     STRATA_EXPECTS(d.train.size() > 0, "no training data");
     if (f.model == "dlrm") {
