@@ -1,11 +1,11 @@
 /// @file bench_ctr.cpp
 /// The main job end to end: `examples/ctr_train` — the program users build from the README —
 /// training DLRM (Criteo Kaggle layer sizes, dim 16, 26 tables × 200k rows, Adagrad lr 0.02,
-/// global batch 128 — ctr_train's --batch, split over the workers — one epoch) on a Criteo-format TSV written by the project's generator
-/// (fixed seed; 200k training rows, 50k held-out rows), for allreduce / ps / hybrid (sync,
-/// uncompressed) and `--strategy auto` at 1 and 2 workers, allreduce also at 4 (AUC must not
-/// depend on the worker count); and, in the same run on the same
-/// rows, the peers (bench/peers/dlrm_ctr_torch.py):
+/// global batch 128 — ctr_train's --batch, split over the workers — one epoch) on a Criteo-format
+/// TSV written by the project's generator (fixed seed; 200k training rows, 50k held-out rows), for
+/// allreduce / ps / hybrid (sync, uncompressed) and `--strategy auto` at 1 and 2 workers, allreduce
+/// also at 4 (AUC must not depend on the worker count); and, in the same run on the same rows, the
+/// peers (bench/peers/dlrm_ctr_torch.py):
 ///   - PyTorch DLRM with nn.EmbeddingBag + torch Adagrad (Debian's torch 1.13, /usr/bin/python3,
 ///     and torch 2.x from the bench venv);
 ///   - DLRM whose tables are one FBGEMM SplitTableBatchedEmbeddingBagsCodegen (CPU,
@@ -287,8 +287,8 @@ int main(int argc, char** argv) {
       for (const auto& one : runs)
         if (!one.peer && one.strategy == "allreduce" && one.workers == 1 &&
             one.name.find("auto") == std::string::npos) {
-          results.push_back({r.name + " eval AUC vs 1 worker", r.auc, "auc", one.auc,
-                             r.auc / one.auc});
+          results.push_back(
+              {r.name + " eval AUC vs 1 worker", r.auc, "auc", one.auc, r.auc / one.auc});
           if (std::abs(r.auc - one.auc) > 0.003)
             std::printf("warning: %s eval AUC %.4f is %.4f from 1 worker's %.4f (goal: 0.003)\n",
                         r.name.c_str(), r.auc, r.auc - one.auc, one.auc);
