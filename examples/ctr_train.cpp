@@ -66,7 +66,9 @@ struct flags {
   std::uint64_t table_rows = 100'000;
   std::uint64_t distinct_ids = 200;
   std::size_t dim = 16;
-  float lr = 0.05f;
+  /// --lr; 0 = the model's default: DLRM Adagrad 0.02 (larger rates, e.g. 0.05, throw the
+  /// loss up in the first steps while Adagrad's accumulators are empty), Wide & Deep FTRL 0.05.
+  float lr = 0.0f;
   std::size_t global_batch = 256;  ///< --batch: samples per step over all workers
   bool skip_bad_lines = false;
   bool tiny = false;
@@ -89,7 +91,8 @@ struct flags {
       "  --compressor none|fp16|int8   dense gradients / PS pushes on the wire (int8: with error "
       "feedback)\n"
       "  --workers N --servers S (0 = co-located) --server-threads T\n"
-      "  --batch B (global: split evenly over the workers) --lr LR --epochs E --max-steps N\n"
+      "  --batch B (global: split evenly over the workers) --lr LR (dlrm 0.02, wide_deep 0.05)\n"
+      "  --epochs E --max-steps N\n"
       "  --seed S\n"
       "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
       "  --eval-samples N (held-out synthetic rows) --eval-every STEPS\n"
@@ -154,9 +157,10 @@ flags parse(int argc, char** argv) {
       f.options.server_threads = static_cast<int>(count());
     else if (a == "--batch")
       f.global_batch = count();
-    else if (a == "--lr")
+    else if (a == "--lr") {
       f.lr = static_cast<float>(number());
-    else if (a == "--epochs")
+      STRATA_EXPECTS(f.lr > 0.0f, "--lr must be positive, got ", f.lr);
+    } else if (a == "--epochs")
       f.options.epochs = count();
     else if (a == "--max-steps")
       f.options.max_steps = count();
@@ -465,7 +469,7 @@ int main(int argc, char** argv) {
         c.top_mlp = {64, 1};
       }
       optim::adagrad opt;
-      opt.lr = f.lr;
+      opt.lr = f.lr > 0.0f ? f.lr : 0.02f;
       if (f.gpu < 0) {
         dispatch<models::dlrm>(f, c, opt, d);
       } else {
@@ -486,7 +490,7 @@ int main(int argc, char** argv) {
       c.table_rows = {f.table_rows};
       if (f.tiny) c.deep_mlp = {64, 1};
       optim::ftrl opt;
-      opt.alpha = f.lr;
+      opt.alpha = f.lr > 0.0f ? f.lr : 0.05f;
       dispatch<models::wide_deep>(f, c, opt, d);
     } else {
       fail(errc::invalid_argument, cat("--model must be dlrm or wide_deep, got '", f.model, "'"));
