@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include "support/skip.hpp"
+
 #include "strata/core/rng.hpp"
 #include "strata/cuda/dlrm.hpp"
 #include "strata/data/batch.hpp"
@@ -30,9 +32,9 @@ bool skip_without_gpu() {
   int n = 0;
   if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return false;
   (void)cudaGetLastError();
-  WARN(
-      "SKIP: no CUDA device found (cudaGetDeviceCount reports none); this GPU-worker test was "
-      "compiled but not run. Run scripts/gpu-check.sh on a GPU machine.");
+  strata_test::skip(
+      "no CUDA device found (cudaGetDeviceCount reports none); this GPU-worker test was compiled "
+      "but not run. Run scripts/gpu-check.sh on a GPU machine.");
   return true;
 }
 

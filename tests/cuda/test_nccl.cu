@@ -41,13 +41,13 @@ using strata::cuda_test::skip_without_gpu;
 
 namespace {
 
-/// True (after a WARN saying SKIP) when fewer than `needed` CUDA devices are visible.
+/// True (after strata_test::skip) when fewer than `needed` CUDA devices are visible.
 bool skip_without_gpus(int needed) {
   const int found = sc::device_count();
   if (found >= needed) return false;
-  WARN("SKIP: needs >= " << needed << " GPUs, found " << found
-                         << " (NCCL refuses two ranks on one device); this NCCL test was compiled "
-                            "but not run. Run scripts/gpu-check.sh on a multi-GPU machine.");
+  strata_test::skip("needs >= " + std::to_string(needed) + " GPUs, found " + std::to_string(found) +
+                    " (NCCL refuses two ranks on one device); this NCCL test was compiled but not "
+                    "run. Run scripts/gpu-check.sh on a multi-GPU machine.");
   return true;
 }
 

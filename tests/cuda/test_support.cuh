@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/skip.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -19,12 +21,13 @@
 
 namespace strata::cuda_test {
 
-/// True (after a WARN saying SKIP) when no CUDA device is visible: the test case returns.
+/// True (after strata_test::skip) when no CUDA device is visible: the test case returns, and
+/// ctest reports the program as skipped.
 inline bool skip_without_gpu() {
   if (::strata::cuda::device_count() > 0) return false;
-  WARN(
-      "SKIP: no CUDA device found (cudaGetDeviceCount reports none); this CUDA test was "
-      "compiled but not run. Run scripts/gpu-check.sh on a GPU machine.");
+  strata_test::skip(
+      "no CUDA device found (cudaGetDeviceCount reports none); this CUDA test was compiled but "
+      "not run. Run scripts/gpu-check.sh on a GPU machine.");
   return true;
 }
 

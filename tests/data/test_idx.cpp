@@ -12,6 +12,7 @@
 #include "strata/data/idx.hpp"
 #include "strata/data/metrics.hpp"
 
+#include "support/skip.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace strata;
@@ -174,9 +175,8 @@ TEST_CASE("Fashion-MNIST checks: image size, counts, label range, missing files"
 
 TEST_CASE("the real Fashion-MNIST files (when installed)", "[data][idx][dataset]") {
   if (!fs::exists(fashion_mnist_dir / "train-images-idx3-ubyte.gz")) {
-    WARN("skipped: " << fashion_mnist_dir.string()
-                     << " absent; apt-get install dataset-fashion-mnist to run this test");
-    SUCCEED("skipped");
+    strata_test::skip(fashion_mnist_dir.string() +
+                      " absent; apt-get install dataset-fashion-mnist to run this test");
     return;
   }
   const auto train = load_fashion_mnist(fashion_mnist_dir, mnist_split::train, false);

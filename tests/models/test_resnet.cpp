@@ -19,6 +19,7 @@
 #include "strata/models/resnet.hpp"
 #include "strata/nn/optimizers.hpp"
 #include "strata/nn/softmax_cross_entropy.hpp"
+#include "support/skip.hpp"
 
 using namespace strata;
 
@@ -227,24 +228,25 @@ TEST_CASE("resnet eval mode uses running statistics; bad inputs raise errors", "
                       Catch::Contains("BN layers hold"));
 }
 
-TEST_CASE("a short Fashion-MNIST training run reaches >= 75% test accuracy",
+TEST_CASE("a short Fashion-MNIST training run reaches >= 78% test accuracy",
           "[models][resnet][fashion_mnist]") {
   if (std::getenv("STRATA_SANITIZED") != nullptr) {
-    WARN("sanitizer build: the Fashion-MNIST training run is left to the plain build");
-    SUCCEED("skipped");
+    strata_test::skip("sanitizer build: the Fashion-MNIST training run is left to the plain build");
     return;
   }
   const auto dir = data::fashion_mnist_dir;
   if (!std::filesystem::exists(dir / "train-images-idx3-ubyte.gz")) {
-    WARN("Fashion-MNIST not found in " << dir.string()
-                                       << " (apt-get install dataset-fashion-mnist): skipped");
-    SUCCEED("skipped");
+    strata_test::skip("Fashion-MNIST not found in " + dir.string() +
+                      " (apt-get install dataset-fashion-mnist)");
     return;
   }
   const auto start = std::chrono::steady_clock::now();
   const auto train = data::load_fashion_mnist(dir, data::mnist_split::train);
   const auto test = data::load_fashion_mnist(dir, data::mnist_split::test);
-  // ResNet-8 with narrow stages on a 19200-image subset: 300 Adam steps of 64.
+  // ResNet-8 with narrow stages on a 19200-image subset: 300 Adam steps of 64, the learning
+  // rate decayed linearly to 0 (at a constant 3e-3 the test accuracy swings between 0.70 and
+  // 0.80 from one 100 steps to the next; decayed, it rises steadily to ≈ 0.82 with and without
+  // -march=native).
   models::resnet net({.blocks_per_stage = 1, .widths = {8, 16, 32}, .seed = 1});
   const std::size_t subset = 19200, batch = 64, epochs = 1;
   data::sharded_sampler sampler(subset, 1, 0, batch, 11);
@@ -264,6 +266,9 @@ TEST_CASE("a short Fashion-MNIST training run reaches >= 75% test accuracy",
       loss = nn::softmax_cross_entropy<std::uint8_t>({logits.data(), batch, 10}, labels,
                                                      {d.data(), batch, 10}, 1.0f / batch);
       net.backward({d.data(), batch, 10});
+      const std::size_t done = e * sampler.steps_per_epoch() + s;
+      opt.lr = 3e-3f * (1.0f - static_cast<float>(done) /
+                                   static_cast<float>(sampler.steps_per_epoch() * epochs));
       opt.step(net.parameters(), net.gradients());
     }
   }
@@ -280,5 +285,5 @@ TEST_CASE("a short Fashion-MNIST training run reaches >= 75% test accuracy",
   WARN("Fashion-MNIST ResNet-8 (8/16/32), "
        << sampler.steps_per_epoch() * epochs << " steps of " << batch << ": last loss " << loss
        << ", test accuracy " << accuracy << " on " << eval << " images, " << seconds << " s");
-  REQUIRE(accuracy >= 0.75);
+  REQUIRE(accuracy >= 0.78);
 }

@@ -5,8 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include "strata/mpi/environment.hpp"
+#include "support/skip.hpp"
 
+// A rank on which a case skipped (strata_test::skip) and none failed exits with
+// strata_test::skip_exit_code, which mpiexec passes on and ctest reports as skipped.
 int main(int argc, char** argv) {
   strata::mpi::environment env(argc, argv);
-  return Catch::Session().run(argc, argv);
+  return strata_test::exit_code(Catch::Session().run(argc, argv));
 }
