@@ -32,7 +32,7 @@
 #include "strata/models/dlrm.hpp"
 #include "strata/models/wide_deep.hpp"
 #include "strata/optim/adagrad.hpp"
-#include "strata/optim/ftrl.hpp"
+#include "strata/optim/adam.hpp"
 #include "strata/train/trainer.hpp"
 #if defined(STRATA_WITH_CUDA)  // built with strata::cuda: --gpu trains DLRM with cuda::dlrm
 #include "strata/cuda/dlrm.hpp"
@@ -68,7 +68,8 @@ struct flags {
   std::size_t dim = 16;
   /// --lr; 0 = the model's default: DLRM Adagrad 0.02 (larger rates, e.g. 0.05, throw the
   /// loss up in the first steps while Adagrad's accumulators are empty), Wide & Deep FTRL 0.05.
-  float lr = 0.0f;
+  float lr = 0.0f;        ///< the tables' learning rate (0 = the model's default)
+  float dense_lr = 0.0f;  ///< the dense parameters' (MLPs') learning rate (0 = the model's)
   std::size_t global_batch = 256;  ///< --batch: samples per step over all workers
   bool skip_bad_lines = false;
   bool tiny = false;
@@ -85,13 +86,19 @@ struct flags {
 [[noreturn]] void usage(int code) {
   std::printf(
       "usage: ctr_train [flags]\n"
-      "  --model dlrm|wide_deep        model (dlrm: Criteo Kaggle DLRM, adagrad; wide_deep: FTRL)\n"
+      "  --model dlrm|wide_deep        model (dlrm: Criteo Kaggle DLRM, Adagrad for tables and "
+      "MLPs;\n"
+      "                                wide_deep: Adagrad for the tables, wide ones from zero, "
+      "Adam\n"
+      "                                for the deep MLP)\n"
       "  --strategy auto|allreduce|ps|hybrid   how embeddings and dense parameters travel\n"
       "  --consistency sync|async|bounded      PS update consistency (bounded = bounded<2>)\n"
       "  --compressor none|fp16|int8   dense gradients / PS pushes on the wire (int8: with error "
       "feedback)\n"
       "  --workers N --servers S (0 = co-located) --server-threads T\n"
-      "  --batch B (global: split evenly over the workers) --lr LR (dlrm 0.02, wide_deep 0.05)\n"
+      "  --batch B (global: split evenly over the workers)\n"
+      "  --lr LR (tables; dlrm 0.02, wide_deep 0.05) --dense-lr LR (MLPs; dlrm = --lr, wide_deep\n"
+      "                                0.001)\n"
       "  --epochs E --max-steps N\n"
       "  --seed S\n"
       "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
@@ -160,6 +167,9 @@ flags parse(int argc, char** argv) {
     else if (a == "--lr") {
       f.lr = static_cast<float>(number());
       STRATA_EXPECTS(f.lr > 0.0f, "--lr must be positive, got ", f.lr);
+    } else if (a == "--dense-lr") {
+      f.dense_lr = static_cast<float>(number());
+      STRATA_EXPECTS(f.dense_lr > 0.0f, "--dense-lr must be positive, got ", f.dense_lr);
     } else if (a == "--epochs")
       f.options.epochs = count();
     else if (a == "--max-steps")
@@ -292,15 +302,16 @@ void write_report_json(const std::string& path, const train::train_report& r, do
 
 template <class Trainer>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
-         typename Trainer::optimizer_type optimizer, const datasets& d) {
+         typename Trainer::optimizer_type optimizer,
+         typename Trainer::dense_optimizer_type dense_optimizer, const datasets& d) {
   const auto* eval = d.eval.size() > 0 ? &d.eval : nullptr;
   train::train_report r;
   if (f.process != nullptr) {
-    Trainer trainer(model_config, optimizer, f.options, f.process->rank());
+    Trainer trainer(model_config, optimizer, dense_optimizer, f.options, f.process->rank());
     r = trainer.fit(*f.process, d.train, eval);
     if (!f.leader()) return;  // rank 0 prints the table
   } else {
-    Trainer trainer(model_config, optimizer, f.options);
+    Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
     r = trainer.fit(d.train, eval);
   }
   std::printf("\n%-28s %s\n", "strategy", r.strategy.c_str());
@@ -313,6 +324,14 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
     const auto& e = r.evals.back();
     std::printf("%-28s auc %.4f  logloss %.4f  accuracy %.4f  (%zu samples)\n", "eval", e.auc,
                 e.logloss, e.accuracy, e.samples);
+    // The train figure averages every batch of the last segment: far above the eval loss, it
+    // means the loss spiked during training (the model may have recovered by the end).
+    if (e.logloss > 0 && r.train_loss > 1.5 * e.logloss)
+      std::printf(
+          "warning: the train logloss (%.4f, the mean over the last segment's batches) is "
+          "%.1fx the eval logloss: training was unstable (loss spikes); lower --lr / "
+          "--dense-lr, or pass --eval-every to see when\n",
+          r.train_loss, r.train_loss / e.logloss);
   }
   if (d.teacher_auc >= 0) std::printf("%-28s auc %.4f\n", "teacher (ceiling)", d.teacher_auc);
   double total = 0;
@@ -336,21 +355,21 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
   if (!f.report_json.empty()) write_report_json(f.report_json, r, d.teacher_auc);
 }
 
-template <class Model, class Storage, class Communicator>
+template <class Model, class Storage, class Communicator, class DenseOptimizer>
 void with_compressor(const flags& f, const typename Model::config& config,
-                     typename Storage::optimizer_type optimizer, const datasets& d) {
+                     typename Storage::optimizer_type optimizer, DenseOptimizer dense_optimizer,
+                     const datasets& d) {
   if (f.compressor == "none")
-    return run<
-        train::trainer<Model, Storage, Communicator, compress::identity, comm::any_transport>>(
-        f, config, optimizer, d);
+    return run<train::trainer<Model, Storage, Communicator, compress::identity, comm::any_transport,
+                              DenseOptimizer>>(f, config, optimizer, dense_optimizer, d);
   if (f.compressor == "fp16")
-    return run<train::trainer<Model, Storage, Communicator, compress::fp16, comm::any_transport>>(
-        f, config, optimizer, d);
+    return run<train::trainer<Model, Storage, Communicator, compress::fp16, comm::any_transport,
+                              DenseOptimizer>>(f, config, optimizer, dense_optimizer, d);
   if (f.compressor == "int8")
-    return run<
-        train::trainer<Model, Storage, Communicator,
-                       compress::error_feedback<compress::int8_block<256>>, comm::any_transport>>(
-        f, config, optimizer, d);
+    return run<train::trainer<Model, Storage, Communicator,
+                              compress::error_feedback<compress::int8_block<256>>,
+                              comm::any_transport, DenseOptimizer>>(f, config, optimizer,
+                                                                    dense_optimizer, d);
   fail(errc::invalid_argument,
        cat("--compressor must be none, fp16 or int8, got '", f.compressor, "'"));
 }
@@ -360,24 +379,28 @@ using ps_strategy = train::parameter_server<C>;
 template <class C>
 using hybrid_strategy = train::hybrid<C>;
 
-template <class Model, class Optimizer, template <class> class Strategy>
+template <class Model, class Optimizer, class DenseOptimizer, template <class> class Strategy>
 void with_consistency(const flags& f, const typename Model::config& config, Optimizer optimizer,
-                      const datasets& d) {
+                      DenseOptimizer dense_optimizer, const datasets& d) {
   using storage = embedding::sharded<Optimizer, ps::sync, comm::any_transport>;
   if (f.consistency == "sync")
-    return with_compressor<Model, storage, Strategy<ps::sync>>(f, config, optimizer, d);
+    return with_compressor<Model, storage, Strategy<ps::sync>>(f, config, optimizer,
+                                                               dense_optimizer, d);
   if (f.consistency == "async")
-    return with_compressor<Model, storage, Strategy<ps::async>>(f, config, optimizer, d);
+    return with_compressor<Model, storage, Strategy<ps::async>>(f, config, optimizer,
+                                                                dense_optimizer, d);
   if (f.consistency == "bounded")
-    return with_compressor<Model, storage, Strategy<ps::bounded<2>>>(f, config, optimizer, d);
+    return with_compressor<Model, storage, Strategy<ps::bounded<2>>>(f, config, optimizer,
+                                                                     dense_optimizer, d);
   fail(errc::invalid_argument,
        cat("--consistency must be sync, async or bounded, got '", f.consistency, "'"));
 }
 
-/// Dispatches the flags to one compile-time composition of the trainer.
-template <class Model, class Optimizer>
+/// Dispatches the flags to one compile-time composition of the trainer: `optimizer` for the
+/// embedding tables, `dense_optimizer` for the dense parameters.
+template <class Model, class Optimizer, class DenseOptimizer>
 void dispatch(const flags& f, const typename Model::config& config, Optimizer optimizer,
-              const datasets& d) {
+              DenseOptimizer dense_optimizer, const datasets& d) {
   std::string strategy = f.strategy;
   if (strategy == "auto") {
     Model probe(config);
@@ -398,13 +421,15 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
     if (f.consistency != "sync")
       fail(errc::invalid_argument,
            "--strategy allreduce is always synchronous; use --consistency sync");
-    return with_compressor<Model, embedding::local<Optimizer>, comm::ring_allreduce>(f, config,
-                                                                                     optimizer, d);
+    return with_compressor<Model, embedding::local<Optimizer>, comm::ring_allreduce>(
+        f, config, optimizer, dense_optimizer, d);
   }
   if (strategy == "ps")
-    return with_consistency<Model, Optimizer, ps_strategy>(f, config, optimizer, d);
+    return with_consistency<Model, Optimizer, DenseOptimizer, ps_strategy>(f, config, optimizer,
+                                                                           dense_optimizer, d);
   if (strategy == "hybrid")
-    return with_consistency<Model, Optimizer, hybrid_strategy>(f, config, optimizer, d);
+    return with_consistency<Model, Optimizer, DenseOptimizer, hybrid_strategy>(f, config, optimizer,
+                                                                               dense_optimizer, d);
   fail(errc::invalid_argument,
        cat("--strategy must be auto, allreduce, ps or hybrid, got '", strategy, "'"));
 }
@@ -468,16 +493,20 @@ int main(int argc, char** argv) {
         c.bottom_mlp = {64, f.dim};
         c.top_mlp = {64, 1};
       }
+      // Row-wise Adagrad for the tables and for the MLPs (the same optimizer type: one
+      // composition per strategy keeps the build time down), each with its own learning rate.
       optim::adagrad opt;
       opt.lr = f.lr > 0.0f ? f.lr : 0.02f;
+      optim::adagrad dense_opt = opt;
+      if (f.dense_lr > 0.0f) dense_opt.lr = f.dense_lr;
       if (f.gpu < 0) {
-        dispatch<models::dlrm>(f, c, opt, d);
+        dispatch<models::dlrm>(f, c, opt, dense_opt, d);
       } else {
 #if defined(STRATA_WITH_CUDA)
         // The same model on the GPU: same fields, same parameters, same trainer policies.
         const cuda::dlrm::config g{c, f.gpu};
         if (f.leader()) log_line(cat("ctr_train: DLRM's dense part on CUDA device ", f.gpu));
-        dispatch<cuda::dlrm>(f, g, opt, d);
+        dispatch<cuda::dlrm>(f, g, opt, dense_opt, d);
 #else
         fail(errc::unsupported,
              "--gpu: this ctr_train was built without CUDA (no nvcc when it was configured); "
@@ -489,9 +518,13 @@ int main(int argc, char** argv) {
       c.deep_dim = f.dim;
       c.table_rows = {f.table_rows};
       if (f.tiny) c.deep_mlp = {64, 1};
-      optim::ftrl opt;
-      opt.alpha = f.lr > 0.0f ? f.lr : 0.05f;
-      dispatch<models::wide_deep>(f, c, opt, d);
+      // As the Wide & Deep paper and its tutorials train it: Adagrad for the tables (the wide
+      // ones start at zero, as a linear model's weights), Adam for the deep MLP.
+      optim::adagrad opt;
+      opt.lr = f.lr > 0.0f ? f.lr : 0.05f;
+      optim::adam dense_opt;
+      dense_opt.lr = f.dense_lr > 0.0f ? f.dense_lr : 0.001f;
+      dispatch<models::wide_deep>(f, c, opt, dense_opt, d);
     } else {
       fail(errc::invalid_argument, cat("--model must be dlrm or wide_deep, got '", f.model, "'"));
     }

@@ -12,58 +12,14 @@
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/sgd.hpp"
 #include "strata/train/trainer.hpp"
+#include "support/ctr_fixtures.hpp"
 
 using namespace strata;
+using strata_test::base_options;
+using strata_test::make_data;
+using strata_test::small_dlrm;
 
 namespace {
-
-models::dlrm::config small_dlrm() {
-  models::dlrm::config c;
-  c.dense_features = 3;
-  c.sparse_features = 4;
-  c.embedding_dim = 4;
-  c.table_rows = {40, 50, 30, 60};
-  c.bottom_mlp = {8, 4};
-  c.top_mlp = {8, 1};
-  return c;
-}
-
-/// A small learnable CTR problem built in memory.
-data::ctr_dataset make_data(std::size_t n, std::uint64_t seed) {
-  data::ctr_dataset set(3, 4);
-  const std::array<std::uint64_t, 4> rows = {40, 50, 30, 60};
-  counter_rng rng{seed, 7};
-  for (std::size_t i = 0; i < n; ++i) {
-    std::array<float, 3> dense{};
-    std::array<std::uint64_t, 4> keys{};
-    double logit = -0.5;
-    for (std::size_t d = 0; d < 3; ++d) {
-      dense[d] = rng.uniform(i * 16 + d, -1.0f, 1.0f);
-      logit += 0.8 * dense[d] * (d == 1 ? -1 : 1);
-    }
-    for (std::size_t f = 0; f < 4; ++f) {
-      keys[f] = rng.below(i * 16 + 4 + f, rows[f]);
-      logit += (keys[f] % 3 == 0 ? 1.0 : -0.3);
-    }
-    const float label =
-        rng.uniform_double(i * 16 + 9) < 1.0 / (1.0 + std::exp(-logit)) ? 1.0f : 0.0f;
-    set.append(dense, keys, label);
-  }
-  return set;
-}
-
-train::trainer_options base_options(int workers, std::size_t batch) {
-  train::trainer_options o;
-  o.workers = workers;
-  o.servers = 2;
-  o.batch = batch;
-  o.max_steps = 12;
-  o.seed = 5;
-  o.dense_row = 16;
-  o.progress = false;
-  o.timeout_seconds = 30;
-  return o;
-}
 
 template <class Opt>
 using allreduce_trainer = train::trainer<models::dlrm, embedding::local<Opt>, comm::ring_allreduce>;

@@ -103,6 +103,9 @@ class dlrm {
   /// Tables "C1" … "C<F>", each of dim embedding_dim (as models::dlrm).
   [[nodiscard]] std::vector<embedding::table_spec> tables() const { return tables_; }
   [[nodiscard]] std::size_t dense_features() const noexcept { return config_.dense_features; }
+  [[nodiscard]] std::size_t sparse_features() const noexcept { return config_.sparse_features; }
+  /// Table t ("C<t+1>") reads sparse column t.
+  [[nodiscard]] std::size_t input_column(std::size_t t) const noexcept { return t; }
   /// Host copies of the parameters and gradients: the trainer reads and updates them between
   /// steps; forward uploads the parameters, backward downloads the gradients.
   [[nodiscard]] std::span<float> parameters() noexcept { return params_.values(); }

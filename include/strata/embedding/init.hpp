@@ -15,8 +15,9 @@
 namespace strata::embedding {
 
 /// Row initialiser: `row[c]` of table t is uniform on [-a, a) with `a = table_scales[t]` when
-/// that entry exists and is > 0, else `a = scale` when `scale > 0`, else `a = 1/sqrt(dim)` (a
-/// row's expected squared norm is then 1/3 whatever the dimension). DLRM's reference uses
+/// that entry exists and is > 0 (0 when it is `zeros`: the table starts at zero, as a linear
+/// model's weights do), else `a = scale` when `scale > 0`, else `a = 1/sqrt(dim)` (a row's
+/// expected squared norm is then 1/3 whatever the dimension). DLRM's reference uses
 /// a = sqrt(1/rows) per table: `for_rows` builds that (the trainer's default). Exactly:
 /// ```
 /// u = (counter_rng{seed, mix_ids(table, key)}.block(c / 4)[c % 4] >> 8) · 2^-24   // [0, 1)
@@ -29,6 +30,9 @@ struct uniform_init {
   std::uint64_t seed = 0;             ///< model seed
   float scale = 0.0f;                 ///< half-width `a` of the interval; 0 means 1/sqrt(dim)
   std::vector<float> table_scales{};  ///< per-table half-widths (override `scale` where > 0)
+
+  /// A `table_scales` entry meaning "rows start at exactly zero".
+  static constexpr float zeros = -1.0f;
 
   /// DLRM's initialisation: table t uniform on ±sqrt(1/rows[t]) (so the larger the table, the
   /// smaller its rows start: their sum over a batch stays small next to the dense features);
@@ -47,6 +51,7 @@ struct uniform_init {
   /// Half-width of the interval used for rows of `dim` values of table `table`.
   [[nodiscard]] float bound(std::size_t table, std::size_t dim) const noexcept {
     if (table < table_scales.size() && table_scales[table] > 0.0f) return table_scales[table];
+    if (table < table_scales.size() && table_scales[table] == zeros) return 0.0f;
     if (scale > 0.0f) return scale;
     return dim == 0 ? 0.0f : 1.0f / std::sqrt(static_cast<float>(dim));
   }
@@ -71,6 +76,7 @@ struct uniform_init {
 
  private:
   static float to_interval(std::uint32_t bits, float a) noexcept {
+    if (a == 0.0f) return 0.0f;
     const float u = static_cast<float>(bits >> 8) * 0x1.0p-24f;
     return -a + 2.0f * a * u;
   }

@@ -29,6 +29,10 @@ struct ctr_inputs {
 /// - `m.tables()` → `std::vector<embedding::table_spec>`: the embedding tables the model reads,
 ///   in input order (names, rows, dims). Fixed at construction.
 /// - `m.dense_features()` → number of dense input columns.
+/// - `m.sparse_features()` → number of sparse (categorical) input columns the model reads, and
+///   `m.input_column(t)` → the sparse column whose keys table t looks up (< sparse_features();
+///   several tables may read one column, as Wide & Deep's wide and deep table of a feature do).
+///   The trainer reads the keys of table t from that column and never guesses from internals.
 /// - `m.parameters()`, `m.gradients()` → `std::span<float>`: every dense parameter, and its
 ///   gradient, in one flat contiguous buffer each (same size, same order), so an allreduce or
 ///   broadcast is one call. Spans stay valid for the model's lifetime.
@@ -41,6 +45,8 @@ struct ctr_inputs {
 /// - Wrong shapes (dense columns, number of tables, rows/dims of a table's batch, logits size,
 ///   backward before forward) raise `strata::error` (`errc::size_mismatch` or
 ///   `errc::invalid_argument`) naming the table or input.
+/// - Optional: `m.zero_initialised(t)` → bool: table t starts at zero instead of the trainer's
+///   random initialisation (Wide & Deep's wide tables: a linear model's weights).
 /// - A model is not thread-safe; its calls use oneTBB internally.
 template <class M>
 concept ctr_model = requires(M& m, const M& cm, const ctr_inputs& in, std::span<float> logits,
@@ -48,6 +54,8 @@ concept ctr_model = requires(M& m, const M& cm, const ctr_inputs& in, std::span<
                              std::span<const matrix_view<float>> embedded_grads) {
   { cm.tables() } -> std::convertible_to<std::vector<embedding::table_spec>>;
   { cm.dense_features() } -> std::convertible_to<std::size_t>;
+  { cm.sparse_features() } -> std::convertible_to<std::size_t>;
+  { cm.input_column(std::size_t{}) } -> std::convertible_to<std::size_t>;
   { m.parameters() } -> std::same_as<std::span<float>>;
   { m.gradients() } -> std::same_as<std::span<float>>;
   m.forward(in, logits);

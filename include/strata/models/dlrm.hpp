@@ -59,6 +59,9 @@ class dlrm {
   /// Tables "C1" … "C<F>", each of dim embedding_dim.
   [[nodiscard]] std::vector<embedding::table_spec> tables() const { return tables_; }
   [[nodiscard]] std::size_t dense_features() const noexcept { return config_.dense_features; }
+  [[nodiscard]] std::size_t sparse_features() const noexcept { return config_.sparse_features; }
+  /// Table t ("C<t+1>") reads sparse column t.
+  [[nodiscard]] std::size_t input_column(std::size_t t) const noexcept { return t; }
   [[nodiscard]] std::span<float> parameters() noexcept { return params_.values(); }
   [[nodiscard]] std::span<const float> parameters() const noexcept { return params_.values(); }
   [[nodiscard]] std::span<float> gradients() noexcept { return params_.grads(); }

@@ -72,6 +72,13 @@ class wide_deep {
   [[nodiscard]] const config& get_config() const noexcept { return config_; }
   [[nodiscard]] std::vector<embedding::table_spec> tables() const { return tables_; }
   [[nodiscard]] std::size_t dense_features() const noexcept { return config_.dense_features; }
+  [[nodiscard]] std::size_t sparse_features() const noexcept { return config_.sparse_features; }
+  /// The wide tables start at zero (a linear model's weights); the deep ones at random.
+  [[nodiscard]] bool zero_initialised(std::size_t t) const noexcept { return is_wide(t); }
+  /// Wide table f and deep table F + f both read sparse column f.
+  [[nodiscard]] std::size_t input_column(std::size_t t) const noexcept {
+    return t % config_.sparse_features;
+  }
   /// Number of wide tables (F); they are tables [wide_tables_first, wide_tables_first + F).
   [[nodiscard]] std::size_t wide_table_count() const noexcept { return config_.sparse_features; }
   /// Whether table t is a wide (dim 1, linear) table.

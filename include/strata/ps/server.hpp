@@ -83,26 +83,45 @@ struct shard_stats {
 /// A failing request (bad message, foreign key, wrong policy) is answered with an error reply
 /// that the worker's client raises; the server keeps serving.
 ///
+/// Optimizers per part: one table (`dense_table`, e.g. a trainer's dense parameters cut into
+/// rows) may be updated by `DenseOptimizer` instead of `Optimizer` (its rows then hold
+/// `DenseOptimizer::state_floats(dim)` state).
+///
 /// Thread-safety: `serve` must run on one thread at a time; `stats`, `for_each_row`,
 /// `import_row` may be called concurrently with it (they take the stripe locks).
 /// Costs: a pull or push is O(keys · dim) plus one flat-index probe per key and one lock per
 /// stripe touched (keys grouped by stripe); sync adds a sort of the step's keys.
 template <optim::sparse_optimizer Optimizer, consistency Consistency,
-          compress::compressor PushCodec = compress::identity>
+          compress::compressor PushCodec = compress::identity,
+          optim::sparse_optimizer DenseOptimizer = Optimizer>
 class server {
  public:
   using optimizer_type = Optimizer;
+  using dense_optimizer_type = DenseOptimizer;
+  /// `dense_table` meaning "no table uses DenseOptimizer".
+  static constexpr std::size_t no_dense_table = static_cast<std::size_t>(-1);
   using consistency_type = Consistency;
   using push_codec_type = PushCodec;
 
   /// The shard of server `server_index` of `map`.
   server(shard_map map, int server_index, Optimizer optimizer = {}, server_options options = {},
          PushCodec codec = {})
+      : server(std::move(map), server_index, optimizer, {}, no_dense_table, options,
+               std::move(codec)) {}
+
+  /// As above, with table `dense_table` of `map` updated by `dense_optimizer`.
+  server(shard_map map, int server_index, Optimizer optimizer, DenseOptimizer dense_optimizer,
+         std::size_t dense_table, server_options options = {}, PushCodec codec = {})
       : map_(std::move(map)),
         index_(server_index),
         optimizer_(optimizer),
+        dense_optimizer_(dense_optimizer),
+        dense_table_(dense_table),
         options_(options),
         codec_(std::move(codec)) {
+    STRATA_EXPECTS(dense_table == no_dense_table || dense_table < map_.table_count(),
+                   "ps::server: dense_table ", dense_table, " outside the map's ",
+                   map_.table_count(), " tables");
     STRATA_EXPECTS(server_index >= 0 && server_index < map_.roles().servers(),
                    "ps::server: server index ", server_index, " outside [0, ",
                    map_.roles().servers(), ")");
@@ -115,7 +134,8 @@ class server {
     for (std::size_t t = 0; t < map_.table_count(); ++t) {
       auto tab = std::make_unique<table_state>();
       tab->dim = map_.spec(t).dim;
-      tab->state_floats = Optimizer::state_floats(tab->dim);
+      tab->state_floats = t == dense_table_ ? DenseOptimizer::state_floats(tab->dim)
+                                            : Optimizer::state_floats(tab->dim);
       tab->row_floats = tab->dim + tab->state_floats;
       tab->stripes = std::make_unique<stripe[]>(options_.stripes);
       tab->received.assign(workers, 0);
@@ -622,6 +642,14 @@ class server {
                   std::span<const float> grads) {
     const std::size_t dim = tab.dim;
     // Parallelism comes from serving several workers at once.
+    if (table == dense_table_) {
+      for_each_key_row(tab, table, keys, [&](std::size_t i, float* row) {
+        dense_optimizer_.apply(std::span<float>(row, dim),
+                               std::span<float>(row + dim, tab.state_floats),
+                               grads.subspan(i * dim, dim));
+      });
+      return;
+    }
     for_each_key_row(tab, table, keys, [&](std::size_t i, float* row) {
       optimizer_.apply(std::span<float>(row, dim), std::span<float>(row + dim, tab.state_floats),
                        grads.subspan(i * dim, dim));
@@ -725,6 +753,8 @@ class server {
   shard_map map_;
   int index_;
   Optimizer optimizer_;
+  DenseOptimizer dense_optimizer_;
+  std::size_t dense_table_ = no_dense_table;
   server_options options_;
   PushCodec codec_;
   std::vector<std::unique_ptr<table_state>> tables_;

@@ -150,12 +150,16 @@ struct blob_reader {
 /// `hybrid<Consistency>`; Compressor: a `compress::compressor` for dense gradients and PS
 /// pushes (`error_feedback<C>` keeps residuals on the workers).
 ///
-/// The storage's optimizer updates both the embedding rows and the dense parameters (the
-/// dense buffer is cut into rows of `dense_row` values), so every strategy applies the very
-/// same function to the same sums. Not thread-safe; `fit` runs the whole world on threads.
+/// Optimizers per part: the Storage's optimizer updates the embedding rows; DenseOptimizer
+/// (any `optim::sparse_optimizer`, by default the Storage's) updates the dense parameters, cut
+/// into rows of `dense_row` values — e.g. row-wise Adagrad for the tables and Adam for the MLP,
+/// as DLRM and TorchRec users train. Every strategy applies the very same functions to the same
+/// sums (under `parameter_server` the servers apply DenseOptimizer to the dense table).
+/// Not thread-safe; `fit` runs the whole world on threads.
 template <models::ctr_model Model, class Storage, communicator Communicator,
           compress::compressor Compressor = compress::identity,
-          comm::transport Transport = comm::thread_transport>
+          comm::transport Transport = comm::thread_transport,
+          optim::sparse_optimizer DenseOptimizer = typename Storage::optimizer_type>
 class trainer {
   using traits = communicator_traits<Communicator>;
   static constexpr bool on_ps = detail::sharded_storage<Storage>;
@@ -171,7 +175,8 @@ class trainer {
 
  public:
   using model_type = Model;
-  using optimizer_type = typename Storage::optimizer_type;
+  using optimizer_type = typename Storage::optimizer_type;  ///< the embedding tables'
+  using dense_optimizer_type = DenseOptimizer;              ///< the dense parameters'
   using consistency_type = typename traits::consistency;
   using transport_type = Transport;
   using wire_codec_type = typename detail::wire_codec<Compressor>::type;
@@ -185,19 +190,38 @@ class trainer {
   /// `fit(train, eval)`), or for one process of a multi-process world such as MPI
   /// (`local_rank` = this process's rank; train with `fit(transport, train, eval)` on every
   /// process: only this rank's worker and server state is built here).
+  ///
+  /// This form uses `optimizer` for the dense parameters too (DenseOptimizer must then be the
+  /// Storage's optimizer).
   trainer(typename Model::config model_config, optimizer_type optimizer, trainer_options options,
-          int local_rank = -1)
+          int local_rank = -1) requires std::is_same_v<DenseOptimizer, optimizer_type>
+      : trainer(std::move(model_config), optimizer, optimizer, std::move(options), local_rank) {}
+
+  /// As above, with `dense_optimizer` for the dense parameters (the MLPs).
+  trainer(typename Model::config model_config, optimizer_type optimizer,
+          dense_optimizer_type dense_optimizer, trainer_options options, int local_rank = -1)
       : model_config_(std::move(model_config)),
         optimizer_(optimizer),
+        dense_optimizer_(dense_optimizer),
         options_(std::move(options)),
         local_rank_(local_rank) {
     options_.check();
     if constexpr (requires { model_config_.seed; }) model_config_.seed = options_.seed;
     Model probe(model_config_);
     tables_ = probe.tables();
+    sparse_columns_ = probe.sparse_features();
+    if constexpr (requires { probe.zero_initialised(std::size_t{}); })
+      for (std::size_t t = 0; t < tables_.size(); ++t)
+        zero_tables_.push_back(probe.zero_initialised(t));
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      key_columns_.push_back(probe.input_column(t));
+      STRATA_EXPECTS(key_columns_.back() < sparse_columns_, "trainer: the model's table ", t,
+                     " reads sparse column ", key_columns_.back(), " but the model has ",
+                     sparse_columns_, " sparse columns (input_column must be < sparse_features)");
+    }
     dense_count_ = probe.parameters().size();
     dense_rows_ = (dense_count_ + options_.dense_row - 1) / options_.dense_row;
-    dense_state_floats_ = optimizer_type::state_floats(options_.dense_row);
+    dense_state_floats_ = dense_optimizer_type::state_floats(options_.dense_row);
     roles_ = make_layout();
     STRATA_EXPECTS(local_rank_ < ranks(), "trainer: local rank ", local_rank_, " outside the ",
                    ranks(), " ranks of this configuration (", options_.workers, " workers",
@@ -218,8 +242,8 @@ class trainer {
         ps::server_options so;
         so.threads = options_.server_threads;
         so.init = init();
-        servers_[static_cast<std::size_t>(s)] =
-            std::make_unique<server_type>(*map_, s, optimizer_, so);
+        servers_[static_cast<std::size_t>(s)] = std::make_unique<server_type>(
+            *map_, s, optimizer_, dense_optimizer_, tables_.size(), so);
       }
       load_dense_into_servers(probe.parameters(), {});
     }
@@ -341,7 +365,8 @@ class trainer {
   [[nodiscard]] int ranks() const noexcept { return on_ps ? roles_->ranks() : options_.workers; }
 
  private:
-  using server_type = ps::server<optimizer_type, consistency_type, wire_codec_type>;
+  using server_type =
+      ps::server<optimizer_type, consistency_type, wire_codec_type, dense_optimizer_type>;
   using dense_codec_type = Compressor;
   static constexpr comm::tag_t checksum_tag = comm::reserved_tag_base + 0x300;
 
@@ -484,23 +509,28 @@ class trainer {
   };
 
   /// Embedding initialisation: ±embedding_init_scale when set, else DLRM's per-table
-  /// ±sqrt(1/rows).
+  /// ±sqrt(1/rows); tables the model starts at zero (`zero_initialised(t)`) are zero.
   [[nodiscard]] embedding::uniform_init init() const {
-    if (options_.embedding_init_scale > 0.0f)
-      return {options_.seed, options_.embedding_init_scale, {}};
-    std::vector<std::uint64_t> rows;
-    for (const auto& spec : tables_)
-      rows.push_back(spec.rows);
-    return embedding::uniform_init::for_rows(options_.seed, rows);
+    embedding::uniform_init result{options_.seed, options_.embedding_init_scale, {}};
+    if (options_.embedding_init_scale <= 0.0f) {
+      std::vector<std::uint64_t> rows;
+      for (const auto& spec : tables_)
+        rows.push_back(spec.rows);
+      result = embedding::uniform_init::for_rows(options_.seed, rows);
+    }
+    if constexpr (requires(const Model& m) {
+                    { m.zero_initialised(std::size_t{}) } -> std::convertible_to<bool>;
+                  }) {
+      result.table_scales.resize(tables_.size(), 0.0f);
+      for (std::size_t t = 0; t < tables_.size(); ++t)
+        if (zero_tables_[t]) result.table_scales[t] = embedding::uniform_init::zeros;
+    }
+    return result;
   }
-  [[nodiscard]] std::size_t sparse_features() const {
-    std::size_t n = tables_.size();
-    if constexpr (requires(const Model& m) { m.wide_table_count(); })
-      n -= workers_.empty() ? tables_.size() / 2 : workers_[0]->model.wide_table_count();
-    return n;
-  }
-  /// Column of the batch's keys that feeds table t (wide & deep reads each column twice).
-  [[nodiscard]] std::size_t key_column(std::size_t t) const { return t % sparse_features(); }
+  /// Number of sparse input columns the model reads (from the model, on every process).
+  [[nodiscard]] std::size_t sparse_features() const noexcept { return sparse_columns_; }
+  /// Column of the batch's keys that feeds table t (the model's input_column).
+  [[nodiscard]] std::size_t key_column(std::size_t t) const { return key_columns_[t]; }
 
   std::optional<ps::layout> make_layout() const {
     if constexpr (on_ps) {
@@ -764,8 +794,9 @@ class trainer {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, full, std::max<std::size_t>(1, 32768 / d)),
                       [&](const tbb::blocked_range<std::size_t>& rows) {
                         for (std::size_t r = rows.begin(); r < rows.end(); ++r)
-                          optimizer_.apply(params.subspan(r * d, d), state.subspan(r * sf, sf),
-                                           grads.subspan(r * d, d));
+                          dense_optimizer_.apply(params.subspan(r * d, d),
+                                                 state.subspan(r * sf, sf),
+                                                 grads.subspan(r * d, d));
                       });
     if (full < dense_rows_) {  // the last, padded row
       auto row = b.dense_padded.row(0);
@@ -775,7 +806,7 @@ class trainer {
       std::fill(row.begin(), row.end(), 0.0f);
       std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(full * d), left, row.begin());
       std::copy_n(grads.begin() + static_cast<std::ptrdiff_t>(full * d), left, g.begin());
-      optimizer_.apply(row, me.dense_state.span().subspan(full * sf, sf), g);
+      dense_optimizer_.apply(row, me.dense_state.span().subspan(full * sf, sf), g);
       std::copy_n(row.begin(), left, params.begin() + static_cast<std::ptrdiff_t>(full * d));
     }
   }
@@ -974,6 +1005,8 @@ class trainer {
       state.add_value("meta/workers", options_.workers);
       const std::string opt_name = optimizer_type::name;
       state.add("meta/optimizer", std::as_bytes(std::span(opt_name)));
+      const std::string dense_opt_name = dense_optimizer_type::name;
+      state.add("meta/dense_optimizer", std::as_bytes(std::span(dense_opt_name)));
       const std::string strategy = strategy_name;
       state.add("meta/strategy", std::as_bytes(std::span(strategy)));
       state.commit(temporary / "state.ckpt");
@@ -1037,10 +1070,19 @@ class trainer {
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_count,
                                    " dense parameters but this model has ", dense_count_,
                                    "; was it written for another model configuration?"));
-    if (opt_name != optimizer_type::name || dense_row != options_.dense_row)
-      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " was written with optimizer ",
-                                   opt_name, " and dense_row ", dense_row, "; this run uses ",
-                                   optimizer_type::name, " and ", options_.dense_row));
+    // Checkpoints from before per-part optimizers have no meta/dense_optimizer: the tables'.
+    std::string dense_opt_name = opt_name;
+    if (state.has("meta/dense_optimizer")) {
+      const auto dense_opt = state.bytes("meta/dense_optimizer");
+      dense_opt_name.assign(reinterpret_cast<const char*>(dense_opt.data()), dense_opt.size());
+    }
+    if (opt_name != optimizer_type::name || dense_opt_name != dense_optimizer_type::name ||
+        dense_row != options_.dense_row)
+      fail(errc::corrupt_data,
+           cat("checkpoint ", dir.string(), " was written with optimizers ", opt_name,
+               " (tables) and ", dense_opt_name, " (dense) and dense_row ", dense_row,
+               "; this run uses ", optimizer_type::name, ", ", dense_optimizer_type::name, " and ",
+               options_.dense_row, ": resume with the optimizers it was written with"));
     worker_state* me =
         is_worker(rank) ? workers_[static_cast<std::size_t>(worker_index(rank))].get() : nullptr;
     server_type* server = nullptr;
@@ -1064,7 +1106,7 @@ class trainer {
       for (std::size_t t = 0; t <= tables_.size(); ++t) {
         const bool dense = t == tables_.size();
         const std::size_t dim = dense ? options_.dense_row : tables_[t].dim;
-        const std::size_t sf = optimizer_type::state_floats(dim);
+        const std::size_t sf = dense ? dense_state_floats_ : optimizer_type::state_floats(dim);
         const auto keys = rows.values<std::uint64_t>(cat("t", t, "/keys"));
         const auto values = rows.values<float>(cat("t", t, "/rows"), keys.size() * dim);
         const auto st = rows.values<float>(cat("t", t, "/state"), keys.size() * sf);
@@ -1143,8 +1185,12 @@ class trainer {
 
   typename Model::config model_config_;
   optimizer_type optimizer_;
+  dense_optimizer_type dense_optimizer_;
   trainer_options options_;
   std::vector<embedding::table_spec> tables_;
+  std::size_t sparse_columns_ = 0;        ///< the model's sparse_features()
+  std::vector<std::size_t> key_columns_;  ///< key_columns_[t]: the model's input_column(t)
+  std::vector<bool> zero_tables_;         ///< the model's zero_initialised(t), when it says
   std::size_t dense_count_ = 0, dense_rows_ = 0, dense_state_floats_ = 0;
   std::optional<ps::layout> roles_;
   std::optional<ps::shard_map> map_;
