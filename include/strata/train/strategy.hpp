@@ -68,6 +68,9 @@ struct communicator_traits<hybrid<Consistency, Allreduce>> {
   static constexpr bool uses_ps = true;
   static constexpr const char* name = "hybrid";
   using consistency = Consistency;
+  /// The trainer sums dense gradients with strata's ring (rank-ordered when deterministic);
+  /// another Allreduce policy (e.g. mpi::native_allreduce) is not wired into it yet.
+  static constexpr bool allreduce_supported = std::is_same_v<Allreduce, comm::ring_allreduce>;
 };
 
 /// A type the trainer accepts as its Communicator.

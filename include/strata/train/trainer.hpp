@@ -172,6 +172,17 @@ class trainer {
   static_assert(optim::sparse_optimizer<typename Storage::optimizer_type>,
                 "the Storage's optimizer_type must model optim::sparse_optimizer");
   static_assert(!(traits::dense_on_ps && !on_ps), "internal: dense on PS needs PS storage");
+  static_assert(
+      [] {
+        if constexpr (requires { traits::allreduce_supported; })
+          return traits::allreduce_supported;
+        else
+          return true;
+      }(),
+      "hybrid<Consistency, Allreduce>: the trainer sums dense gradients with strata's ring "
+      "allreduce (rank-ordered when deterministic); other Allreduce policies such as "
+      "mpi::native_allreduce are not used by the trainer yet, so it refuses them instead of "
+      "silently ignoring them: use hybrid<Consistency>");
 
  public:
   using model_type = Model;
