@@ -179,7 +179,9 @@ TEST_CASE("sharded gather_tables / apply_gradients_tables match a local table bi
         for (std::size_t tab = 0; tab < specs.size(); ++tab) {
           ref.gather(tab, keys[tab], want[tab]);
           INFO("step " << step << " table " << tab);
-          REQUIRE(std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0);
+          // (memcmp of zero bytes may see null pointers: an empty table's batch has no rows)
+          REQUIRE((got[tab].size() == 0 ||
+                   std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0));
         }
         s.apply_gradients_tables(pushes);
         for (std::size_t tab = 0; tab < specs.size(); ++tab)

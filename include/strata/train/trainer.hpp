@@ -838,6 +838,9 @@ class trainer {
       out.put(b.dedup.keys());
       const auto g = b.dedup.grads();
       out.put(std::span<const float>(g.data(), g.rows() * g.cols()));
+      // Keep the next table's 8-byte count and keys 8-byte aligned (an odd number of floats,
+      // e.g. a dim-1 wide table, would misalign them).
+      if ((g.rows() * g.cols()) % 2 != 0) out.put_value<float>(0.0f);
     }
     const auto all = detail::allgatherv(peers, b.blob);
     std::vector<detail::blob_reader> readers;
@@ -853,6 +856,7 @@ class trainer {
         const auto count = r.take<std::uint64_t>(1)[0];
         const auto k = r.take<std::uint64_t>(count);
         const auto g = r.take<float>(count * dim);
+        if ((count * dim) % 2 != 0) (void)r.take<float>(1);  // the writer's alignment pad
         keys.insert(keys.end(), k.begin(), k.end());
         grads.insert(grads.end(), g.begin(), g.end());
       }
