@@ -1,7 +1,8 @@
 # Runs skip_probe (PROBE) three ways and checks the exit codes ctest relies on: a skipped case
-# makes the program exit 77 (SKIP_RETURN_CODE), a failure still fails, a clean run exits 0.
+# makes the program exit 77 (SKIP_RETURN_CODE) although it has no assertion (--warn
+# NoAssertions, as ctest runs every test), a failure still fails, a clean run exits 0.
 function(expect_exit code)
-  execute_process(COMMAND "${PROBE}" ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out
+  execute_process(COMMAND "${PROBE}" --warn NoAssertions ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out
                   ERROR_VARIABLE out)
   if(NOT got EQUAL code)
     message(FATAL_ERROR "skip_probe ${ARGN}: exit ${got}, expected ${code}\n${out}")
@@ -10,4 +11,5 @@ endfunction()
 expect_exit(77)                   # passes + skips
 expect_exit(0 "[passes]")         # passes only
 expect_exit(1 "[skips],[fails]")  # a failure wins over a skip
+expect_exit(1 "[fails_then_skips]")  # a failed assertion in a case that then skips
 message(STATUS "skip exit codes: 77 / 0 / 1 as expected")

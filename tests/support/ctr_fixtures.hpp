@@ -5,6 +5,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 
 #include "strata/core/rng.hpp"
 #include "strata/data/batch.hpp"
@@ -71,6 +73,13 @@ inline strata::train::trainer_options base_options(int workers, std::size_t batc
   o.progress = false;
   o.timeout_seconds = 30;
   return o;
+}
+
+/// An empty scratch directory for checkpoints: <temp>/strata-test-<name>, removed if present.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata-test-" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
 }
 
 }  // namespace strata_test

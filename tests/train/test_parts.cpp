@@ -44,12 +44,6 @@ template <class Model, class Opt, class DenseOpt = Opt>
 using ps_trainer = train::trainer<Model, embedding::sharded<Opt>, train::parameter_server<ps::sync>,
                                   compress::identity, comm::thread_transport, DenseOpt>;
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("strata-test-parts-" + name);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
 }  // namespace
 
 TEST_CASE("a dense optimizer of its own: the trainer equals a hand-written step loop",
@@ -171,7 +165,7 @@ TEST_CASE("a checkpoint names its optimizers; resuming with others is refused",
   optim::adagrad tables_opt;
   tables_opt.lr = 0.05f;
   auto options = base_options(1, 24);
-  options.checkpoint_dir = fresh_dir("optimizers");
+  options.checkpoint_dir = strata_test::fresh_dir("parts-optimizers");
   allreduce_trainer<models::dlrm, optim::adagrad, optim::adam> writer(small_dlrm(), tables_opt,
                                                                       optim::adam{}, options);
   writer.fit(data);

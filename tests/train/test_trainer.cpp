@@ -16,6 +16,7 @@
 
 using namespace strata;
 using strata_test::base_options;
+using strata_test::fresh_dir;
 using strata_test::make_data;
 using strata_test::small_dlrm;
 
@@ -100,14 +101,6 @@ TEST_CASE("evaluating between segments under a PS strategy changes nothing", "[t
     CHECK(often.embedding_checksum == once.embedding_checksum);
   }
 }
-
-namespace {
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("strata-test-" + name);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-}  // namespace
 
 TEST_CASE("resuming from a checkpoint equals never stopping, bitwise", "[train][checkpoint]") {
   const auto data = make_data(2000, 3);

@@ -1,0 +1,42 @@
+// The listener behind strata_test::exit_code: include it only in a runner's main file (after
+// `#define CATCH_CONFIG_RUNNER` and <catch2/catch.hpp>, where Catch's listener base exists).
+// Per case it records whether the case skipped and whether it failed for any other reason: a
+// skipped case that trips `--warn NoAssertions` is not a failure, a failed assertion always is.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include "support/skip.hpp"
+
+namespace strata_test {
+
+struct skip_listener : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+
+  void testCaseStarting(const Catch::TestCaseInfo& info) override {
+    skips().current_skipped = false;
+    failed_assertions_ = 0;
+    TestEventListenerBase::testCaseStarting(info);
+  }
+  bool assertionEnded(const Catch::AssertionStats& stats) override {
+    if (!stats.assertionResult.isOk()) ++failed_assertions_;  // includes unexpected exceptions
+    return TestEventListenerBase::assertionEnded(stats);
+  }
+  void testCaseEnded(const Catch::TestCaseStats& stats) override {
+    const bool skipped = skips().current_skipped.load();
+    if (skipped) ++skips().skipped_cases;
+    // Catch counts a case without assertions as failed (--warn NoAssertions): excused for a
+    // skipped case only.
+    if (failed_assertions_ > 0 || (!skipped && stats.totals.testCases.failed > 0))
+      ++skips().failed_cases;
+    TestEventListenerBase::testCaseEnded(stats);
+  }
+
+ private:
+  int failed_assertions_ = 0;
+};
+
+}  // namespace strata_test
+
+using strata_test_skip_listener = strata_test::skip_listener;  // the macro takes a plain name
+CATCH_REGISTER_LISTENER(strata_test_skip_listener)
