@@ -111,16 +111,20 @@ TEST_CASE("bad peers are rejected", "[comm][thread_world]") {
 TEST_CASE("link emulation delays messages by latency and bandwidth", "[comm][thread_world]") {
   // 1 MB over a 100 MB/s link with 20 ms latency: at least 30 ms.
   thread_world world(2, {.link = {.latency_seconds = 0.02, .bandwidth_bytes_per_second = 100e6}});
+  // Timed from the sender's clock: the receiver may leave the barrier later than the sender
+  // (CI's sanitizer builds measured 26 ms from the receiver's own start).
+  using clock = std::chrono::steady_clock;
+  clock::time_point sent_at{};  // written before the send, read after the matching receive
   double elapsed = 0;
   run_all(world, [&](thread_transport& t) {
     std::vector<std::byte> payload(1'000'000);
     barrier(t);
-    stopwatch watch;
     if (t.rank() == 0) {
+      sent_at = clock::now();
       t.send(1, 1, payload);
     } else {
       t.recv(0, 1, payload);
-      elapsed = watch.seconds();
+      elapsed = std::chrono::duration<double>(clock::now() - sent_at).count();
     }
   });
   REQUIRE(elapsed >= 0.029);
