@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
                            compress::error_feedback<compress::int8_block<256>>>>(model, options,
                                                                                  set);
     const auto async_ps =
-        run<train::trainer<dlrm, sharded, train::parameter_server<ps::async>>>(model, options, set);
+        run<train::trainer<dlrm, embedding::sharded<optim::adagrad, ps::async>,
+                           train::parameter_server<ps::async>>>(model, options, set);
     if (allreduce.dense_checksum != hybrid.dense_checksum ||
         allreduce.dense_checksum != ps.dense_checksum ||
         allreduce.embedding_checksum != ps.embedding_checksum)

@@ -382,16 +382,19 @@ using hybrid_strategy = train::hybrid<C>;
 template <class Model, class Optimizer, class DenseOptimizer, template <class> class Strategy>
 void with_consistency(const flags& f, const typename Model::config& config, Optimizer optimizer,
                       DenseOptimizer dense_optimizer, const datasets& d) {
-  using storage = embedding::sharded<Optimizer, ps::sync, comm::any_transport>;
+  // The storage and the communicator name the same consistency (the trainer checks).
+  using sync_tables = embedding::sharded<Optimizer, ps::sync, comm::any_transport>;
+  using async_tables = embedding::sharded<Optimizer, ps::async, comm::any_transport>;
+  using bounded_tables = embedding::sharded<Optimizer, ps::bounded<2>, comm::any_transport>;
   if (f.consistency == "sync")
-    return with_compressor<Model, storage, Strategy<ps::sync>>(f, config, optimizer,
-                                                               dense_optimizer, d);
+    return with_compressor<Model, sync_tables, Strategy<ps::sync>>(f, config, optimizer,
+                                                                   dense_optimizer, d);
   if (f.consistency == "async")
-    return with_compressor<Model, storage, Strategy<ps::async>>(f, config, optimizer,
-                                                                dense_optimizer, d);
-  if (f.consistency == "bounded")
-    return with_compressor<Model, storage, Strategy<ps::bounded<2>>>(f, config, optimizer,
+    return with_compressor<Model, async_tables, Strategy<ps::async>>(f, config, optimizer,
                                                                      dense_optimizer, d);
+  if (f.consistency == "bounded")
+    return with_compressor<Model, bounded_tables, Strategy<ps::bounded<2>>>(f, config, optimizer,
+                                                                            dense_optimizer, d);
   fail(errc::invalid_argument,
        cat("--consistency must be sync, async or bounded, got '", f.consistency, "'"));
 }

@@ -1,6 +1,6 @@
 // The quick-start snippet of README.md (CI compiles and runs it): the distribution strategy is
 // a type; swapping `train::hybrid<ps::sync>` for `comm::ring_allreduce` (with
-// embedding::local storage) or `train::parameter_server<ps::async>` is a one-line change.
+// embedding::local storage) or `train::parameter_server<ps::sync>` is a one-line change.
 #include <cstdio>
 
 #include "strata/compress/error_feedback.hpp"

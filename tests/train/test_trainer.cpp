@@ -216,9 +216,9 @@ TEST_CASE("async and bounded PS training still learn", "[train][consistency]") {
   options.max_steps = 0;
   options.epochs = 3;
   const auto eval = make_data(1000, 60);
-  using async_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad>,
+  using async_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad, ps::async>,
                                  train::parameter_server<ps::async>>;
-  using bounded_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad>,
+  using bounded_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad, ps::bounded<2>>,
                                    train::hybrid<ps::bounded<2>>, compress::fp16>;
   const auto ra = async_t(small_dlrm(), opt, options).fit(data, &eval);
   const auto rb = bounded_t(small_dlrm(), opt, options).fit(data, &eval);

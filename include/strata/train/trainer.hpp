@@ -64,8 +64,13 @@
 #include "strata/ps/partition.hpp"
 #include "strata/ps/server.hpp"
 #include "strata/train/checkpoint.hpp"
+#include "strata/train/checkpoint_dir.hpp"
+#include "strata/train/dense_path.hpp"
 #include "strata/train/detail/exchange.hpp"
+#include "strata/train/evaluation.hpp"
+#include "strata/train/launch.hpp"
 #include "strata/train/options.hpp"
+#include "strata/train/sparse_path.hpp"
 #include "strata/train/strategy.hpp"
 
 namespace strata::train {
@@ -78,20 +83,18 @@ concept sharded_storage = requires {
   typename S::server_type;
 };
 
-/// The codec that goes on the wire for a compressor (error_feedback<C> sends C).
-template <class C>
-struct wire_codec {
-  using type = C;
-  static constexpr bool feedback = false;
+/// The consistency policy a Storage runs under (sharded storage), else void.
+template <class S>
+struct storage_consistency {
+  using type = void;
 };
-template <class C>
-struct wire_codec<compress::error_feedback<C>> {
-  using type = C;
-  static constexpr bool feedback = true;
+template <sharded_storage S>
+struct storage_consistency<S> {
+  using type = typename S::consistency_type;
 };
 
-/// The storage type a worker really uses: sharded storage rebound to the communicator's
-/// consistency, the trainer's transport and the wire codec; local storage as given.
+/// The storage type a worker really uses: sharded storage rebound to the trainer's transport and
+/// the wire codec (its consistency must already be the communicator's); local storage as given.
 template <class Storage, class Consistency, class Transport, class Codec, bool sharded>
 struct resolved_storage {
   using type = Storage;
@@ -114,33 +117,6 @@ inline std::uint64_t values_checksum(std::span<const float> values) {
     h = mix_ids(h, std::bit_cast<std::uint32_t>(v));
   return h;
 }
-
-/// Appends trivially copyable values to a byte blob / reads them back with bounds checks.
-struct blob_writer {
-  std::vector<std::byte>& out;
-  template <class T>
-  void put(std::span<const T> values) {
-    const auto bytes = std::as_bytes(values);
-    out.insert(out.end(), bytes.begin(), bytes.end());
-  }
-  template <class T>
-  void put_value(const T& v) {
-    put(std::span<const T>(&v, 1));
-  }
-};
-struct blob_reader {
-  std::span<const std::byte> in;
-  std::size_t at = 0;
-  template <class T>
-  std::span<const T> take(std::size_t count) {
-    if ((in.size() - at) / sizeof(T) < count)
-      fail(errc::bad_message, cat("trainer: sparse-gradient exchange message truncated at byte ",
-                                  at, " of ", in.size()));
-    const auto* first = reinterpret_cast<const T*>(in.data() + at);
-    at += count * sizeof(T);
-    return {first, count};
-  }
-};
 
 }  // namespace detail
 
@@ -172,6 +148,11 @@ class trainer {
   static_assert(optim::sparse_optimizer<typename Storage::optimizer_type>,
                 "the Storage's optimizer_type must model optim::sparse_optimizer");
   static_assert(!(traits::dense_on_ps && !on_ps), "internal: dense on PS needs PS storage");
+  static_assert(!on_ps || std::is_same_v<typename detail::storage_consistency<Storage>::type,
+                                         typename traits::consistency>,
+                "the Storage and the Communicator name different consistency policies: write the "
+                "same one in both, e.g. embedding::sharded<Opt, ps::async> with "
+                "parameter_server<ps::async> (the servers and the workers must agree on it)");
   static_assert(
       [] {
         if constexpr (requires { traits::allreduce_supported; })
@@ -196,6 +177,12 @@ class trainer {
                                                          wire_codec_type, on_ps>::type;
   static constexpr bool lossless = std::is_same_v<wire_codec_type, compress::identity>;
   static constexpr const char* strategy_name = traits::name;
+  /// The two acting parts of the Communicator: how the dense gradients are summed and applied,
+  /// and where the embedding rows come from and their gradients go.
+  using dense_path_type = std::conditional_t<traits::dense_on_ps, servers_dense,
+                                             allreduce_dense<Compressor, DenseOptimizer>>;
+  using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
+                                              replicated_rows<Storage>>;
 
   /// A trainer for every rank of a `thread_world` (`local_rank` < 0; train with
   /// `fit(train, eval)`), or for one process of a multi-process world such as MPI
@@ -230,9 +217,7 @@ class trainer {
                      " reads sparse column ", key_columns_.back(), " but the model has ",
                      sparse_columns_, " sparse columns (input_column must be < sparse_features)");
     }
-    dense_count_ = probe.parameters().size();
-    dense_rows_ = (dense_count_ + options_.dense_row - 1) / options_.dense_row;
-    dense_state_floats_ = dense_optimizer_type::state_floats(options_.dense_row);
+    dense_layout_ = dense_rows(probe.parameters().size(), options_.dense_row);
     roles_ = make_layout();
     STRATA_EXPECTS(local_rank_ < ranks(), "trainer: local rank ", local_rank_, " outside the ",
                    ranks(), " ranks of this configuration (", options_.workers, " workers",
@@ -245,7 +230,7 @@ class trainer {
         workers_[static_cast<std::size_t>(w)] = std::make_unique<worker_state>(*this);
     if constexpr (on_ps) {
       std::vector<embedding::table_spec> specs = tables_;
-      specs.push_back({"dense", dense_rows_, options_.dense_row});
+      specs.push_back({"dense", dense_layout_.rows(), options_.dense_row});
       map_.emplace(*roles_, specs, options_.partition);
       servers_.resize(static_cast<std::size_t>(roles_->servers()));
       for (int s = 0; s < roles_->servers(); ++s) {
@@ -267,17 +252,7 @@ class trainer {
     STRATA_EXPECTS(local_rank_ < 0, "trainer: built for rank ", local_rank_,
                    " of a multi-process world; call fit(transport, train, eval) on every process");
     check_data(train_set);
-    comm::world_options wo;
-    wo.timeout_seconds = options_.timeout_seconds;
-    wo.link = options_.link;
-    wo.send_delay_seconds = options_.send_delay_seconds;
-    if (options_.fail_rank >= 0 && options_.fail_on_send > 0) {
-      STRATA_EXPECTS(options_.fail_rank < ranks(), "trainer: fail_rank ", options_.fail_rank,
-                     " outside the ", ranks(), " ranks");
-      wo.fail_on_send.assign(static_cast<std::size_t>(ranks()), 0);
-      wo.fail_on_send[static_cast<std::size_t>(options_.fail_rank)] = options_.fail_on_send;
-    }
-    comm::thread_world world(ranks(), wo);
+    comm::thread_world world(ranks(), world_options_for(options_, ranks()));
     stopwatch clock;
     outcome result;
     world.run([&](comm::thread_transport& t) {
@@ -346,7 +321,7 @@ class trainer {
           });
     } else {
       if (!workers_[0]) return;
-      const auto& storage = *workers_[0]->tables;
+      const auto& storage = workers_[0]->sparse.storage();
       for (std::size_t t = 0; t < tables_.size(); ++t)
         storage.for_each_row(t, [&](std::uint64_t key, std::span<const float> row,
                                     std::span<const float> state) { fn(t, key, row, state); });
@@ -378,7 +353,13 @@ class trainer {
  private:
   using server_type =
       ps::server<optimizer_type, consistency_type, wire_codec_type, dense_optimizer_type>;
-  using dense_codec_type = Compressor;
+  /// The dense path keeps a compressor residual that checkpoints carry.
+  static constexpr bool dense_residual = [] {
+    if constexpr (traits::dense_on_ps)
+      return false;
+    else
+      return dense_path_type::has_residual;
+  }();
   static constexpr comm::tag_t checksum_tag = comm::reserved_tag_base + 0x300;
 
   /// What rank 0 learns during a run (filled on the thread/process that hosts worker 0).
@@ -488,15 +469,9 @@ class trainer {
 
   struct worker_state {
     explicit worker_state(const trainer& owner)
-        : model(owner.model_config_), dense_state(owner.dense_rows_ * owner.dense_state_floats_) {
-      if constexpr (!on_ps) tables.emplace(owner.tables_, owner.optimizer_, owner.init());
-      if constexpr (!lossless) {
-        if constexpr (compress::positional_compressor<Compressor>)
-          codec.emplace(model.parameters().size());
-        else
-          codec.emplace();
-      }
-    }
+        : model(owner.model_config_),
+          dense(owner.make_dense_path()),
+          sparse(owner.make_sparse_path()) {}
     void reset_metrics() {
       loss_sum = 0;
       loss_count = 0;
@@ -507,17 +482,27 @@ class trainer {
       return loss_count == 0 ? 0.0 : loss_sum / static_cast<double>(loss_count);
     }
     Model model;
-    std::optional<Storage> tables;          ///< allreduce strategy: this worker's replica
-    aligned_buffer<float> dense_state;      ///< optimizer state of the dense rows
-    std::optional<dense_codec_type> codec;  ///< dense-gradient compressor (with its residual)
-    /// Error-feedback residuals of PS pushes, kept between segments (the client is per segment).
-    std::vector<std::uint64_t> push_tables, push_keys;
-    std::vector<float> push_values;
+    dense_path_type dense;    ///< its optimizer state and compressor residual
+    sparse_path_type sparse;  ///< the table replica, or the PS client and its push residuals
     phase_timer<phase_count> timer;
     double loss_sum = 0;
     std::size_t loss_count = 0;
     std::vector<float> recent_logits, recent_labels;
   };
+
+  [[nodiscard]] dense_path_type make_dense_path() const {
+    if constexpr (traits::dense_on_ps)
+      return servers_dense(dense_layout_, tables_.size());
+    else
+      return allreduce_dense<Compressor, DenseOptimizer>(dense_layout_, dense_optimizer_,
+                                                         options_.deterministic);
+  }
+  [[nodiscard]] sparse_path_type make_sparse_path() const {
+    if constexpr (on_ps)
+      return server_rows<storage_type, error_feedback>();
+    else
+      return replicated_rows<Storage>(tables_, optimizer_, init());
+  }
 
   /// Embedding initialisation: ±embedding_init_scale when set, else DLRM's per-table
   /// ±sqrt(1/rows); tables the model starts at zero (`zero_initialised(t)`) are zero.
@@ -574,27 +559,8 @@ class trainer {
           return;
         }
         // Co-located: serve on a second thread of this rank beside the worker.
-        std::exception_ptr server_failure;
-        std::thread serving([&] {
-          try {
-            server.serve(t);
-          } catch (...) {
-            server_failure = std::current_exception();
-          }
-        });
-        std::exception_ptr worker_failure;
-        try {
-          worker_body(t, train_set, first, end, eval_set, evaluate, evaluated);
-        } catch (...) {
-          worker_failure = std::current_exception();
-        }
-        if (worker_failure) {
-          // The world is stopping; the server's blocking receive ends with errc::aborted.
-          serving.join();
-          std::rethrow_exception(worker_failure);
-        }
-        serving.join();
-        if (server_failure) std::rethrow_exception(server_failure);
+        run_beside([&] { server.serve(t); },
+                   [&] { worker_body(t, train_set, first, end, eval_set, evaluate, evaluated); });
         return;
       }
     }
@@ -607,28 +573,11 @@ class trainer {
     const int w = worker_index(t.rank());
     auto& me = *workers_[static_cast<std::size_t>(w)];
     comm::group<transport_type> peers(t, worker_ranks());
-    std::optional<storage_type> remote;
     if constexpr (on_ps) {
       ps::client_options co;
       co.fp16_pulls = options_.fp16_pulls;
-      co.error_feedback = error_feedback;
-      remote.emplace(t, *map_, co);
-      if constexpr (error_feedback) {
-        for (std::size_t i = 0, at = 0; i < me.push_keys.size(); ++i) {
-          const std::size_t dim = map_->spec(me.push_tables[i]).dim;
-          remote->client().restore_residual(
-              me.push_tables[i], me.push_keys[i],
-              std::span<const float>(me.push_values.data() + at, dim));
-          at += dim;
-        }
-      }
+      me.sparse.open(t, *map_, co);
     }
-    storage_type& storage = [&]() -> storage_type& {
-      if constexpr (on_ps)
-        return *remote;
-      else
-        return *me.tables;
-    }();
 
     const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
     data::sharded_sampler sampler(train_set.size(), static_cast<std::size_t>(options_.workers),
@@ -640,34 +589,21 @@ class trainer {
       me.timer.skip();
       train_set.gather(sampler.batch(s % per_epoch), buffers.batch);
       me.timer.mark(data_phase);
-      train_step(me, storage, peers, buffers, global);
+      train_step(me, peers, buffers, global);
       if (w == 0 && options_.progress) {
         progress_->update(s + 1, cat("loss ", me.mean_loss(), "  sent ",
                                      comm::total_bytes_sent(t) >> 20, " MiB"));
       }
     }
-    if (evaluate && w == 0) evaluated = run_eval(me, storage, buffers, *eval_set, end);
+    if (evaluate && w == 0) evaluated = run_eval(me, buffers, *eval_set, end);
     if constexpr (traits::dense_on_ps) {
       if (w == 0) {  // worker 0's replica mirrors the servers' dense parameters
-        storage.gather(tables_.size(), buffers.dense_keys, buffers.dense_padded.view());
-        auto params = me.model.parameters();
-        std::copy_n(buffers.dense_padded.data(), params.size(), params.begin());
+        const ps::table_pull dense = me.dense.pull_request();
+        me.sparse.fetch(std::span(&dense, 1));
+        me.dense.take(me.model.parameters());
       }
     }
-    if constexpr (on_ps) {
-      if constexpr (error_feedback) {
-        me.push_tables.clear();
-        me.push_keys.clear();
-        me.push_values.clear();
-        remote->client().for_each_residual(
-            [&](std::size_t table, std::uint64_t key, std::span<const float> values) {
-              me.push_tables.push_back(table);
-              me.push_keys.push_back(key);
-              me.push_values.insert(me.push_values.end(), values.begin(), values.end());
-            });
-      }
-      remote->shutdown();
-    }
+    if constexpr (on_ps) me.sparse.close();
   }
 
   /// Scratch reused across steps (no allocation in the step loop after the first step).
@@ -679,11 +615,6 @@ class trainer {
       row_grads.resize(n);
       inputs.resize(n);
       grad_views.resize(n);
-      dense_keys.resize(owner.dense_rows_);
-      std::iota(dense_keys.begin(), dense_keys.end(), std::uint64_t{0});
-      dense_padded = matrix<float>(owner.dense_rows_, owner.options_.dense_row);
-      dense_grad_row.resize(owner.options_.dense_row);
-      dense_state_row.resize(owner.dense_state_floats_);
     }
     data::ctr_batch batch;
     std::vector<std::vector<std::uint64_t>> keys;
@@ -691,21 +622,14 @@ class trainer {
     std::vector<matrix_view<const float>> inputs;
     std::vector<matrix_view<float>> grad_views;
     std::vector<float> logits, dlogits;
-    std::vector<std::uint64_t> dense_keys;
-    matrix<float> dense_padded;
-    std::vector<float> dense_grad_row;  ///< the last, padded dense row's gradient
-    std::vector<float> dense_state_row;
-    std::vector<std::byte> blob;
-    optim::sparse_gradient dedup;
-    std::vector<ps::table_pull> pulls;  ///< PS strategies: every table's pull of one step
+    std::vector<ps::table_pull> pulls;  ///< every table's rows of one step
     std::vector<ps::table_push> pushes;
   };
 
-  /// Gathers embedding rows (and, for parameter_server, the dense parameters) for `batch`.
-  void fetch(worker_state& me, storage_type& storage, step_buffers& b) {
+  /// The step's rows of every table from the sparse path (and, for parameter_server, the dense
+  /// parameters in the same round trip).
+  void fetch(worker_state& me, step_buffers& b) {
     const std::size_t n = b.batch.size();
-    // On parameter servers every table (and the dense table) is pulled in one multi-table
-    // call: one pipelined round trip per step instead of one per table, the same rows.
     auto& pulls = b.pulls;
     pulls.clear();
     for (std::size_t t = 0; t < tables_.size(); ++t) {
@@ -718,26 +642,20 @@ class trainer {
         b.rows[t] = matrix<float>(n, tables_[t].dim);
         b.row_grads[t] = matrix<float>(n, tables_[t].dim);
       }
-      if constexpr (on_ps)
-        pulls.push_back({t, keys, b.rows[t].view()});
-      else
-        storage.gather(t, keys, b.rows[t].view());
+      pulls.push_back({t, keys, b.rows[t].view()});
       b.inputs[t] = b.rows[t].view();
       b.grad_views[t] = b.row_grads[t].view();
     }
-    if constexpr (traits::dense_on_ps)
-      pulls.push_back({tables_.size(), b.dense_keys, b.dense_padded.view()});
-    if constexpr (on_ps) storage.gather_tables(pulls);
-    if constexpr (traits::dense_on_ps) {
-      auto params = me.model.parameters();
-      std::copy_n(b.dense_padded.data(), params.size(), params.begin());
-    }
+    if constexpr (traits::dense_on_ps) pulls.push_back(me.dense.pull_request());
+    me.sparse.fetch(pulls);
+    if constexpr (traits::dense_on_ps) me.dense.take(me.model.parameters());
   }
 
-  void train_step(worker_state& me, storage_type& storage, comm::group<transport_type>& peers,
-                  step_buffers& b, std::size_t global) {
+  /// One step: rows → forward, loss, backward → dense path → sparse path.
+  void train_step(worker_state& me, comm::group<transport_type>& peers, step_buffers& b,
+                  std::size_t global) {
     const std::size_t n = b.batch.size();
-    fetch(me, storage, b);
+    fetch(me, b);
     me.timer.mark(pull_phase);
 
     b.logits.resize(n);
@@ -753,119 +671,27 @@ class trainer {
     me.recent_labels.insert(me.recent_labels.end(), b.batch.labels.begin(), b.batch.labels.end());
     me.timer.mark(compute_phase);
 
-    auto grads = me.model.gradients();
+    const auto grads = me.model.gradients();
     if constexpr (traits::dense_on_ps) {
-      std::copy(grads.begin(), grads.end(), b.dense_padded.data());
-      std::fill(b.dense_padded.data() + grads.size(), b.dense_padded.data() + b.dense_padded.size(),
-                0.0f);
-      storage.apply_gradients(tables_.size(), b.dense_keys, b.dense_padded.view());
+      me.dense.push(me.sparse.storage(), grads);
       me.timer.mark(push_phase);
     } else {
-      sum_dense(me, peers, grads);
+      me.dense.sum(peers, grads);
       me.timer.mark(allreduce_phase);
-      apply_dense(me, b);
+      me.dense.apply(me.model.parameters(), grads);
       me.timer.mark(compute_phase);
     }
 
-    if constexpr (on_ps) {
-      auto& pushes = b.pushes;  // one multi-table push
-      pushes.clear();
-      for (std::size_t t = 0; t < tables_.size(); ++t)
-        pushes.push_back({t, b.keys[t], b.row_grads[t].view()});
-      storage.apply_gradients_tables(pushes);
-      me.timer.mark(push_phase);
-    } else {
-      exchange_sparse(storage, peers, b);
-      me.timer.mark(allreduce_phase);
-    }
+    auto& pushes = b.pushes;
+    pushes.clear();
+    for (std::size_t t = 0; t < tables_.size(); ++t)
+      pushes.push_back({t, b.keys[t], b.row_grads[t].view()});
+    me.sparse.apply(peers, pushes);
+    me.timer.mark(on_ps ? push_phase : allreduce_phase);
   }
 
-  /// Dense gradients summed over workers (in rank order when deterministic).
-  void sum_dense(worker_state& me, comm::group<transport_type>& peers, std::span<float> grads) {
-    if constexpr (!lossless) {
-      compress::compressed_allreduce(peers, grads, *me.codec);
-    } else {
-      if (options_.deterministic)
-        detail::ordered_allreduce(peers, grads);
-      else
-        comm::allreduce(peers, grads);
-    }
-  }
-
-  /// The storage's optimizer on the dense parameters, row by row (the same function a server
-  /// applies to the dense table under parameter_server).
-  void apply_dense(worker_state& me, step_buffers& b) {
-    auto params = me.model.parameters();
-    auto grads = me.model.gradients();
-    const std::size_t d = options_.dense_row;
-    const std::size_t sf = dense_state_floats_;
-    const std::size_t full = dense_count_ / d;
-    // Rows are independent: tbb-parallel in blocks of ≥ 32 K floats (same result, any order).
-    const auto state = me.dense_state.span();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, full, std::max<std::size_t>(1, 32768 / d)),
-                      [&](const tbb::blocked_range<std::size_t>& rows) {
-                        for (std::size_t r = rows.begin(); r < rows.end(); ++r)
-                          dense_optimizer_.apply(params.subspan(r * d, d),
-                                                 state.subspan(r * sf, sf),
-                                                 grads.subspan(r * d, d));
-                      });
-    if (full < dense_rows_) {  // the last, padded row
-      auto row = b.dense_padded.row(0);
-      std::vector<float>& g = b.dense_grad_row;
-      const std::size_t left = dense_count_ - full * d;
-      std::fill(g.begin(), g.end(), 0.0f);
-      std::fill(row.begin(), row.end(), 0.0f);
-      std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(full * d), left, row.begin());
-      std::copy_n(grads.begin() + static_cast<std::ptrdiff_t>(full * d), left, g.begin());
-      dense_optimizer_.apply(row, me.dense_state.span().subspan(full * sf, sf), g);
-      std::copy_n(row.begin(), left, params.begin() + static_cast<std::ptrdiff_t>(full * d));
-    }
-  }
-
-  /// Allreduce strategy: every worker's summed row gradients reach every replica, and each
-  /// replica applies them in rank order (so replicas stay bitwise identical).
-  void exchange_sparse(storage_type& storage, comm::group<transport_type>& peers, step_buffers& b) {
-    if (peers.size() == 1) {  // nothing to exchange: the same sums, applied in place
-      for (std::size_t t = 0; t < tables_.size(); ++t)
-        storage.apply_gradients(t, b.keys[t], b.row_grads[t].view());
-      return;
-    }
-    b.blob.clear();
-    detail::blob_writer out{b.blob};
-    for (std::size_t t = 0; t < tables_.size(); ++t) {
-      b.dedup.sum_duplicates(b.keys[t], b.row_grads[t].view());
-      out.put_value<std::uint64_t>(b.dedup.size());
-      out.put(b.dedup.keys());
-      const auto g = b.dedup.grads();
-      out.put(std::span<const float>(g.data(), g.rows() * g.cols()));
-      // Keep the next table's 8-byte count and keys 8-byte aligned (an odd number of floats,
-      // e.g. a dim-1 wide table, would misalign them).
-      if ((g.rows() * g.cols()) % 2 != 0) out.put_value<float>(0.0f);
-    }
-    const auto all = detail::allgatherv(peers, b.blob);
-    std::vector<detail::blob_reader> readers;
-    for (const auto& blob : all)
-      readers.push_back({blob});
-    std::vector<std::uint64_t> keys;
-    std::vector<float> grads;
-    for (std::size_t t = 0; t < tables_.size(); ++t) {
-      const std::size_t dim = tables_[t].dim;
-      keys.clear();
-      grads.clear();
-      for (auto& r : readers) {
-        const auto count = r.take<std::uint64_t>(1)[0];
-        const auto k = r.take<std::uint64_t>(count);
-        const auto g = r.take<float>(count * dim);
-        if ((count * dim) % 2 != 0) (void)r.take<float>(1);  // the writer's alignment pad
-        keys.insert(keys.end(), k.begin(), k.end());
-        grads.insert(grads.end(), g.begin(), g.end());
-      }
-      storage.apply_gradients(t, keys, matrix_view<const float>(grads.data(), keys.size(), dim));
-    }
-  }
-
-  eval_point run_eval(worker_state& me, storage_type& storage, step_buffers& b,
-                      const data::ctr_dataset& eval_set, std::size_t at_step) {
+  eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
+                      std::size_t at_step) {
     std::size_t count = eval_set.size();
     if (options_.eval_max_samples != 0) count = std::min(count, options_.eval_max_samples);
     std::vector<float> logits, labels;
@@ -877,24 +703,13 @@ class trainer {
       indices.resize(n);
       std::iota(indices.begin(), indices.end(), first);
       eval_set.gather(indices, b.batch);
-      fetch(me, storage, b);
+      fetch(me, b);
       b.logits.resize(n);
       me.model.forward(models::ctr_inputs{b.batch.dense.view(), b.inputs}, b.logits);
       logits.insert(logits.end(), b.logits.begin(), b.logits.end());
       labels.insert(labels.end(), b.batch.labels.begin(), b.batch.labels.end());
     }
-    eval_point point;
-    point.step = at_step;
-    point.samples = count;
-    std::vector<float> probs(logits.size());
-    std::transform(logits.begin(), logits.end(), probs.begin(),
-                   [](float l) { return 1.0f / (1.0f + std::exp(-l)); });
-    const auto positives = std::count(labels.begin(), labels.end(), 1.0f);
-    point.auc = positives > 0 && positives < static_cast<std::ptrdiff_t>(labels.size())
-                    ? data::auc(logits, labels)
-                    : 0.5;
-    point.logloss = data::logloss_from_logits(logits, labels);
-    point.accuracy = data::accuracy(probs, labels);
+    const eval_point point = score_predictions(logits, labels, at_step);
     log_line(cat("eval @ step ", at_step, ": auc ", point.auc, " logloss ", point.logloss,
                  " accuracy ", point.accuracy, " (", count, " samples)"));
     return point;
@@ -905,12 +720,10 @@ class trainer {
   /// Writes dense parameters (and optimizer state, if given) into the servers' dense table.
   void load_dense_into_servers(std::span<const float> params, std::span<const float> state) {
     if constexpr (traits::dense_on_ps) {
-      const std::size_t d = options_.dense_row, sf = dense_state_floats_;
-      std::vector<float> row(d), st(sf);
-      for (std::size_t r = 0; r < dense_rows_; ++r) {
-        std::fill(row.begin(), row.end(), 0.0f);
-        const std::size_t first = r * d, n = std::min(d, params.size() - first);
-        std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(first), n, row.begin());
+      const std::size_t sf = dense_state_floats();
+      std::vector<float> row(dense_layout_.row()), st(sf);
+      for (std::size_t r = 0; r < dense_layout_.rows(); ++r) {
+        dense_layout_.read(params, r, row);
         if (state.empty())
           std::fill(st.begin(), st.end(), 0.0f);
         else
@@ -942,14 +755,10 @@ class trainer {
   // ---- checkpoints ------------------------------------------------------------------------
 
   [[nodiscard]] std::filesystem::path latest_checkpoint() const {
-    const auto& dir = options_.checkpoint_dir;
-    if (std::filesystem::exists(dir / "state.ckpt")) return dir;  // a specific checkpoint
-    std::ifstream latest(dir / "latest");
-    std::string name;
-    if (!(latest >> name))
-      fail(errc::io_error, cat("trainer: no checkpoint to resume from in ", dir.string(),
-                               " (no 'latest' file); train without --resume first"));
-    return dir / name;
+    return checkpoint_directory(options_.checkpoint_dir).latest();
+  }
+  [[nodiscard]] std::size_t dense_state_floats() const {
+    return dense_optimizer_type::state_floats(options_.dense_row);
   }
 
   /// Rows of every table this rank holds, plus the dense table (index tables_.size()), as
@@ -969,20 +778,21 @@ class trainer {
     if constexpr (!on_ps) {
       if (with_embeddings)
         for (std::size_t t = 0; t < tables_.size(); ++t)
-          workers_[0]->tables->for_each_row(
+          workers_[0]->sparse.storage().for_each_row(
               t, [&](std::uint64_t key, std::span<const float> row, std::span<const float> st) {
                 add(t, key, row, st);
               });
     }
-    if (with_dense_replica) {
-      const auto params = workers_[0]->model.parameters();
-      const std::size_t d = options_.dense_row, sf = dense_state_floats_;
-      std::vector<float> row(d);
-      for (std::size_t r = 0; r < dense_rows_; ++r) {
-        std::fill(row.begin(), row.end(), 0.0f);
-        const std::size_t first = r * d, n = std::min(d, params.size() - first);
-        std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(first), n, row.begin());
-        add(tables_.size(), r, row, workers_[0]->dense_state.span().subspan(r * sf, sf));
+    if constexpr (!traits::dense_on_ps) {
+      if (with_dense_replica) {  // the replica and its optimizer state (the dense path's)
+        const auto params = workers_[0]->model.parameters();
+        const auto state = workers_[0]->dense.state();
+        const std::size_t sf = dense_state_floats();
+        std::vector<float> row(dense_layout_.row());
+        for (std::size_t r = 0; r < dense_layout_.rows(); ++r) {
+          dense_layout_.read(params, r, row);
+          add(tables_.size(), r, row, state.subspan(r * sf, sf));
+        }
       }
     }
     checkpoint_writer out;
@@ -1000,19 +810,14 @@ class trainer {
   /// points `latest` at it (barriers in between, so a checkpoint is whole or absent).
   template <comm::transport T>
   void write_checkpoint(T& t, std::size_t step) const {
-    namespace fs = std::filesystem;
-    const fs::path dir = options_.checkpoint_dir;
-    const std::string name = cat("step-", step);
-    const fs::path temporary = dir / (name + ".tmp"), final_dir = dir / name;
-    if (t.rank() == 0) {
-      fs::create_directories(dir);
-      fs::remove_all(temporary);
-      fs::create_directories(temporary);
-    }
+    const checkpoint_directory dir(options_.checkpoint_dir);
+    const auto temporary = dir.staging(step);
+    if (t.rank() == 0) dir.prepare(step);
     comm::barrier(t);
     if (t.rank() == rank_of_worker(0)) {
       checkpoint_writer state;
-      const std::uint64_t at = step, dense_count = dense_count_, dense_row = options_.dense_row;
+      const std::uint64_t at = step, dense_count = dense_layout_.count(),
+                          dense_row = options_.dense_row;
       state.add_value("meta/step", at);
       state.add_value("meta/dense_count", dense_count);
       state.add_value("meta/dense_row", dense_row);
@@ -1034,11 +839,17 @@ class trainer {
                     (compress::positional_compressor<Compressor> || (on_ps && error_feedback))) {
         const auto& me = *workers_[static_cast<std::size_t>(w)];
         checkpoint_writer residual;
-        if constexpr (compress::positional_compressor<Compressor>)
-          residual.add_values<float>("residual", me.codec->residual());
-        residual.add_values<std::uint64_t>("push/tables", me.push_tables);
-        residual.add_values<std::uint64_t>("push/keys", me.push_keys);
-        residual.add_values<float>("push/values", me.push_values);
+        if constexpr (dense_residual) residual.add_values<float>("residual", me.dense.residual());
+        const push_residuals none;
+        const push_residuals& pushed = [&]() -> const push_residuals& {
+          if constexpr (on_ps)
+            return me.sparse.residuals();
+          else
+            return none;
+        }();
+        residual.add_values<std::uint64_t>("push/tables", pushed.tables);
+        residual.add_values<std::uint64_t>("push/keys", pushed.keys);
+        residual.add_values<float>("push/values", pushed.values);
         residual.commit(temporary / cat("worker-", w, ".ckpt"));
       }
     }
@@ -1050,25 +861,7 @@ class trainer {
       }
     }
     comm::barrier(t);
-    if (t.rank() == 0) {
-      fs::remove_all(final_dir);
-      fs::rename(temporary, final_dir);
-      {
-        std::ofstream latest(dir / "latest.tmp", std::ios::trunc);
-        latest << name << "\n";
-      }
-      fs::rename(dir / "latest.tmp", dir / "latest");
-      std::vector<std::pair<std::size_t, fs::path>> found;  // keep the two newest
-      for (const auto& entry : fs::directory_iterator(dir)) {
-        const auto file = entry.path().filename().string();
-        if (entry.is_directory() && file.rfind("step-", 0) == 0 &&
-            file.find(".tmp") == std::string::npos)
-          found.emplace_back(std::stoull(file.substr(5)), entry.path());
-      }
-      std::sort(found.begin(), found.end());
-      for (std::size_t i = 0; i + 2 < found.size(); ++i)
-        fs::remove_all(found[i].second);
-    }
+    if (t.rank() == 0) dir.publish(step, 2);  // keeps the two newest
     comm::barrier(t);
   }
 
@@ -1081,9 +874,9 @@ class trainer {
     const auto dense_row = state.value<std::uint64_t>("meta/dense_row");
     const auto opt = state.bytes("meta/optimizer");
     const std::string opt_name(reinterpret_cast<const char*>(opt.data()), opt.size());
-    if (dense_count != dense_count_)
+    if (dense_count != dense_layout_.count())
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_count,
-                                   " dense parameters but this model has ", dense_count_,
+                                   " dense parameters but this model has ", dense_layout_.count(),
                                    "; was it written for another model configuration?"));
     // Checkpoints from before per-part optimizers have no meta/dense_optimizer: the tables'.
     std::string dense_opt_name = opt_name;
@@ -1121,7 +914,7 @@ class trainer {
       for (std::size_t t = 0; t <= tables_.size(); ++t) {
         const bool dense = t == tables_.size();
         const std::size_t dim = dense ? options_.dense_row : tables_[t].dim;
-        const std::size_t sf = dense ? dense_state_floats_ : optimizer_type::state_floats(dim);
+        const std::size_t sf = dense ? dense_state_floats() : optimizer_type::state_floats(dim);
         const auto keys = rows.values<std::uint64_t>(cat("t", t, "/keys"));
         const auto values = rows.values<float>(cat("t", t, "/rows"), keys.size() * dim);
         const auto st = rows.values<float>(cat("t", t, "/state"), keys.size() * sf);
@@ -1138,29 +931,29 @@ class trainer {
           // Workers keep a replica of the dense parameters under every strategy.
           if (me != nullptr && (dense || !to_servers)) {
             if (dense) {
-              if (keys[i] >= dense_rows_)
-                fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": dense row ", keys[i],
-                                             " outside the model's ", dense_rows_, " rows"));
-              auto params = me->model.parameters();
-              const std::size_t first = keys[i] * dim, n = std::min(dim, params.size() - first);
-              std::copy_n(row.begin(), n, params.begin() + static_cast<std::ptrdiff_t>(first));
-              if (!traits::dense_on_ps)
+              if (keys[i] >= dense_layout_.rows())
+                fail(errc::corrupt_data,
+                     cat("checkpoint ", file.string(), ": dense row ", keys[i],
+                         " outside the model's ", dense_layout_.rows(), " rows"));
+              dense_layout_.write(me->model.parameters(), keys[i], row);
+              if constexpr (!traits::dense_on_ps)
                 std::copy(row_state.begin(), row_state.end(),
-                          me->dense_state.begin() + static_cast<std::ptrdiff_t>(keys[i] * sf));
+                          me->dense.state().begin() + static_cast<std::ptrdiff_t>(keys[i] * sf));
               ++dense_seen;
             } else if constexpr (!on_ps) {
-              auto target = me->tables->row(t, keys[i]);
+              auto& replica = me->sparse.storage();
+              auto target = replica.row(t, keys[i]);
               std::copy(row.begin(), row.end(), target.begin());
-              auto target_state = me->tables->state(t, keys[i]);
+              auto target_state = replica.state(t, keys[i]);
               std::copy(row_state.begin(), row_state.end(), target_state.begin());
             }
           }
         }
       }
     }
-    if (me != nullptr && dense_seen != dense_rows_)
+    if (me != nullptr && dense_seen != dense_layout_.rows())
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_seen, " of the ",
-                                   dense_rows_, " dense parameter rows"));
+                                   dense_layout_.rows(), " dense parameter rows"));
     if constexpr (!lossless) {
       if (me != nullptr) {
         // Residuals belong to a worker; they carry over only when the worker count matches.
@@ -1168,27 +961,26 @@ class trainer {
         std::optional<checkpoint_reader> saved;
         if (state.value<int>("meta/workers") == options_.workers && fs::exists(file))
           saved.emplace(file);
-        if constexpr (compress::positional_compressor<Compressor>) {
+        if constexpr (dense_residual) {
           if (saved && saved->has("residual"))
-            me->codec->restore_residual(saved->values<float>("residual", dense_count_));
+            me->dense.restore_residual(saved->values<float>("residual", dense_layout_.count()));
           else
-            me->codec->reset();
+            me->dense.restore_residual({});
         }
-        me->push_tables.clear();
-        me->push_keys.clear();
-        me->push_values.clear();
         if constexpr (on_ps && error_feedback) {
+          auto& pushed = me->sparse.residuals();
+          pushed.clear();
           if (saved && saved->has("push/keys")) {
-            me->push_tables = saved->values<std::uint64_t>("push/tables");
-            me->push_keys = saved->values<std::uint64_t>("push/keys", me->push_tables.size());
+            pushed.tables = saved->values<std::uint64_t>("push/tables");
+            pushed.keys = saved->values<std::uint64_t>("push/keys", pushed.tables.size());
             std::size_t floats = 0;
-            for (auto t : me->push_tables) {
+            for (auto t : pushed.tables) {
               if (t >= map_->table_count())
                 fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": residual of table ",
                                              t, " outside the ", map_->table_count(), " tables"));
               floats += map_->spec(t).dim;
             }
-            me->push_values = saved->values<float>("push/values", floats);
+            pushed.values = saved->values<float>("push/values", floats);
           }
         }
       }
@@ -1206,7 +998,7 @@ class trainer {
   std::size_t sparse_columns_ = 0;        ///< the model's sparse_features()
   std::vector<std::size_t> key_columns_;  ///< key_columns_[t]: the model's input_column(t)
   std::vector<bool> zero_tables_;         ///< the model's zero_initialised(t), when it says
-  std::size_t dense_count_ = 0, dense_rows_ = 0, dense_state_floats_ = 0;
+  dense_rows dense_layout_;               ///< the dense parameters as rows of options_.dense_row
   std::optional<ps::layout> roles_;
   std::optional<ps::shard_map> map_;
   std::vector<std::unique_ptr<worker_state>> workers_;
