@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "strata/comm/collectives.hpp"
@@ -58,6 +59,29 @@ struct native_allreduce {
   static constexpr const char* name = "native_allreduce";
   std::size_t max_elements_per_call = std::size_t{1} << 30;
   bool poll = false;  ///< MPI_Iallreduce polled with the transport's timeout for the data too
+
+  /// An endpoint over the ranks of `t` that pass `member = true`, in `t`'s rank order (e.g.
+  /// the workers of a job whose other ranks are parameter servers, so that the library's
+  /// allreduce runs among the workers only); nullptr on the others. Collective over `t`
+  /// (MPI_Comm_split): every rank calls it, in the same order as its other collectives.
+  [[nodiscard]] static std::unique_ptr<transport> subset(transport& t, bool member) {
+    MPI_Comm part = MPI_COMM_NULL;
+    mpi::detail::check(
+        MPI_Comm_split(t.communicator(), member ? 0 : MPI_UNDEFINED, t.rank(), &part),
+        "MPI_Comm_split");
+    if (part == MPI_COMM_NULL) return nullptr;
+    transport_options options;
+    options.timeout_seconds = t.timeout_seconds();
+    std::unique_ptr<transport> endpoint;
+    try {
+      endpoint = std::make_unique<transport>(part, options);  // duplicates `part`
+    } catch (...) {
+      MPI_Comm_free(&part);
+      throw;
+    }
+    MPI_Comm_free(&part);
+    return endpoint;
+  }
 
   template <comm::reducible V>
   void operator()(transport& t, std::span<V> data,

@@ -5,9 +5,10 @@
 /// - `dense_rows`: the dense parameters cut into rows of `row` values, the last one zero-padded
 ///   — the unit the dense optimizer updates, the parameter servers' dense table holds and
 ///   checkpoints store (the one place that pads).
-/// - `allreduce_dense<Compressor, Optimizer>`: the workers sum the gradients among themselves
-///   (strata's ring; in rank order when deterministic; through `Compressor` when lossy), then
-///   every worker applies `Optimizer` to its own replica, so replicas stay bitwise equal.
+/// - `allreduce_dense<Compressor, Optimizer, Allreduce>`: the workers sum the gradients among
+///   themselves (strata's ring: in rank order when deterministic, through `Compressor` when
+///   lossy; or another Allreduce policy such as `mpi::native_allreduce`, the MPI library's),
+///   then every worker applies `Optimizer` to its own replica, so replicas stay bitwise equal.
 /// - `servers_dense`: the dense parameters are one more table on the parameter servers; a
 ///   worker pulls them with each step's rows and pushes their gradients, the servers apply the
 ///   optimizer (`parameter_server<C>`).
@@ -101,14 +102,26 @@ class dense_rows {
 /// dense optimizer on every worker's replica, row by row (the function a server applies to
 /// the dense table under `parameter_server`, so every strategy computes the same values).
 /// One object per worker; it owns that worker's optimizer state and compressor residual.
-template <compress::compressor Compressor, optim::sparse_optimizer Optimizer>
+///
+/// `Allreduce` other than `comm::ring_allreduce` (e.g. `mpi::native_allreduce`) sums float32
+/// gradients by calling `Allreduce{}(workers, grads)` on an endpoint of the workers only; it
+/// needs a lossless Compressor and `deterministic = false` (the library picks the order).
+template <compress::compressor Compressor, optim::sparse_optimizer Optimizer,
+          class Allreduce = comm::ring_allreduce>
 class allreduce_dense {
  public:
   using compressor_type = Compressor;
   using optimizer_type = Optimizer;
+  using allreduce_type = Allreduce;
   /// Lossless: identity on the wire (error_feedback<identity> included).
   static constexpr bool lossless =
       std::is_same_v<typename detail::wire_codec<Compressor>::type, compress::identity>;
+  /// The sum is another library's (not strata's ring).
+  static constexpr bool foreign_allreduce = !std::is_same_v<Allreduce, comm::ring_allreduce>;
+  static_assert(!foreign_allreduce || lossless,
+                "a dense path over another Allreduce (e.g. mpi::native_allreduce) sums float32 "
+                "gradients: compressed allreduce runs on strata's ring; use compress::identity or "
+                "comm::ring_allreduce");
   /// The compressor keeps per-position state (a residual) that checkpoints must carry.
   static constexpr bool has_residual = !lossless && compress::positional_compressor<Compressor>;
 
@@ -119,6 +132,11 @@ class allreduce_dense {
         state_(layout.rows() * Optimizer::state_floats(layout.row())),
         last_row_(layout.row()),
         last_grad_(layout.row()) {
+    if constexpr (foreign_allreduce)
+      STRATA_EXPECTS(!deterministic, "allreduce_dense: ", Allreduce::name,
+                     " leaves the summation order to its library, so it cannot give rank-ordered "
+                     "(deterministic) sums: set trainer_options::deterministic = false, or use "
+                     "strata's ring (hybrid<Consistency>)");
     if constexpr (!lossless) {
       if constexpr (compress::positional_compressor<Compressor>)
         codec_.emplace(layout.count());
@@ -132,7 +150,9 @@ class allreduce_dense {
   void sum(T& workers, std::span<float> grads) {
     STRATA_EXPECTS(grads.size() == layout_.count(), "allreduce_dense::sum: ", grads.size(),
                    " gradients for ", layout_.count(), " dense parameters");
-    if constexpr (!lossless)
+    if constexpr (foreign_allreduce)
+      Allreduce{}(workers, grads);
+    else if constexpr (!lossless)
       compress::compressed_allreduce(workers, grads, *codec_);
     else if (deterministic_)
       detail::ordered_allreduce(workers, grads);

@@ -49,7 +49,8 @@ struct communicator_traits<comm::ring_allreduce> {
   static constexpr bool dense_on_ps = false;
   static constexpr bool uses_ps = false;
   static constexpr const char* name = "allreduce";
-  using consistency = ps::sync;  // allreduce training is always bulk-synchronous
+  using consistency = ps::sync;            // allreduce training is always bulk-synchronous
+  using allreduce = comm::ring_allreduce;  ///< sums the dense gradients
 };
 template <class Consistency>
 struct communicator_traits<parameter_server<Consistency>> {
@@ -59,6 +60,7 @@ struct communicator_traits<parameter_server<Consistency>> {
   static constexpr bool uses_ps = true;
   static constexpr const char* name = "ps";
   using consistency = Consistency;
+  using allreduce = comm::ring_allreduce;  ///< unused: the servers sum the dense gradients
 };
 template <class Consistency, class Allreduce>
 struct communicator_traits<hybrid<Consistency, Allreduce>> {
@@ -68,9 +70,9 @@ struct communicator_traits<hybrid<Consistency, Allreduce>> {
   static constexpr bool uses_ps = true;
   static constexpr const char* name = "hybrid";
   using consistency = Consistency;
-  /// The trainer sums dense gradients with strata's ring (rank-ordered when deterministic);
-  /// another Allreduce policy (e.g. mpi::native_allreduce) is not wired into it yet.
-  static constexpr bool allreduce_supported = std::is_same_v<Allreduce, comm::ring_allreduce>;
+  /// Sums the dense gradients among the workers: strata's ring, or another policy such as
+  /// mpi::native_allreduce (the MPI library's MPI_Allreduce on a workers-only communicator).
+  using allreduce = Allreduce;
 };
 
 /// A type the trainer accepts as its Communicator.

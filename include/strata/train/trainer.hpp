@@ -93,6 +93,20 @@ struct storage_consistency<S> {
   using type = typename S::consistency_type;
 };
 
+/// The endpoint type `Allreduce::subset(transport, member)` gives (a policy that runs on its
+/// own communicator of the workers, e.g. mpi::native_allreduce), else nullptr_t.
+template <class Allreduce, class Transport>
+struct subset_endpoint {
+  using type = std::nullptr_t;
+};
+template <class Allreduce, class Transport>
+requires requires(Transport& t) {
+  Allreduce::subset(t, true);
+}
+struct subset_endpoint<Allreduce, Transport> {
+  using type = decltype(Allreduce::subset(std::declval<Transport&>(), true));
+};
+
 /// The storage type a worker really uses: sharded storage rebound to the trainer's transport and
 /// the wire codec (its consistency must already be the communicator's); local storage as given.
 template <class Storage, class Consistency, class Transport, class Codec, bool sharded>
@@ -153,17 +167,17 @@ class trainer {
                 "the Storage and the Communicator name different consistency policies: write the "
                 "same one in both, e.g. embedding::sharded<Opt, ps::async> with "
                 "parameter_server<ps::async> (the servers and the workers must agree on it)");
-  static_assert(
-      [] {
-        if constexpr (requires { traits::allreduce_supported; })
-          return traits::allreduce_supported;
-        else
-          return true;
-      }(),
-      "hybrid<Consistency, Allreduce>: the trainer sums dense gradients with strata's ring "
-      "allreduce (rank-ordered when deterministic); other Allreduce policies such as "
-      "mpi::native_allreduce are not used by the trainer yet, so it refuses them instead of "
-      "silently ignoring them: use hybrid<Consistency>");
+  /// The dense gradients are summed by another library's allreduce (hybrid<C,
+  /// mpi::native_allreduce>) on an endpoint of the workers only.
+  static constexpr bool foreign_allreduce =
+      !traits::dense_on_ps && !std::is_same_v<typename traits::allreduce, comm::ring_allreduce>;
+  using workers_endpoint_type =
+      typename detail::subset_endpoint<typename traits::allreduce, Transport>::type;
+  static_assert(!foreign_allreduce || !std::is_same_v<workers_endpoint_type, std::nullptr_t>,
+                "hybrid<Consistency, Allreduce>: this Allreduce cannot make an endpoint of the "
+                "workers from the trainer's Transport (it needs Allreduce::subset(transport, "
+                "member)); mpi::native_allreduce runs one process per rank: use mpi::transport "
+                "as the trainer's Transport and fit(transport, train, eval)");
 
  public:
   using model_type = Model;
@@ -179,8 +193,9 @@ class trainer {
   static constexpr const char* strategy_name = traits::name;
   /// The two acting parts of the Communicator: how the dense gradients are summed and applied,
   /// and where the embedding rows come from and their gradients go.
-  using dense_path_type = std::conditional_t<traits::dense_on_ps, servers_dense,
-                                             allreduce_dense<Compressor, DenseOptimizer>>;
+  using dense_path_type =
+      std::conditional_t<traits::dense_on_ps, servers_dense,
+                         allreduce_dense<Compressor, DenseOptimizer, typename traits::allreduce>>;
   using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
                                               replicated_rows<Storage>>;
 
@@ -249,6 +264,10 @@ class trainer {
   /// of one process, and returns the report.
   train_report fit(const data::ctr_dataset& train_set,
                    const data::ctr_dataset* eval_set = nullptr) {
+    static_assert(!foreign_allreduce,
+                  "hybrid<Consistency, mpi::native_allreduce> runs one MPI process per rank: build "
+                  "the trainer with local_rank = transport.rank() and call fit(transport, train, "
+                  "eval) on every process");
     STRATA_EXPECTS(local_rank_ < 0, "trainer: built for rank ", local_rank_,
                    " of a multi-process world; call fit(transport, train, eval) on every process");
     check_data(train_set);
@@ -280,6 +299,9 @@ class trainer {
                    "configuration needs ", ranks(), " (", options_.workers, " workers",
                    on_ps ? cat(" + ", roles_->servers(), " servers") : std::string(), ")");
     check_data(train_set);
+    // Every rank (servers too) joins the split that gives the workers their own endpoint.
+    if constexpr (foreign_allreduce)
+      if (!workers_endpoint_) workers_endpoint_ = traits::allreduce::subset(t, is_worker(t.rank()));
     stopwatch clock;
     outcome result;
     run_rank(t, train_set, eval_set, result);
@@ -494,8 +516,7 @@ class trainer {
     if constexpr (traits::dense_on_ps)
       return servers_dense(dense_layout_, tables_.size());
     else
-      return allreduce_dense<Compressor, DenseOptimizer>(dense_layout_, dense_optimizer_,
-                                                         options_.deterministic);
+      return dense_path_type(dense_layout_, dense_optimizer_, options_.deterministic);
   }
   [[nodiscard]] sparse_path_type make_sparse_path() const {
     if constexpr (on_ps)
@@ -676,7 +697,10 @@ class trainer {
       me.dense.push(me.sparse.storage(), grads);
       me.timer.mark(push_phase);
     } else {
-      me.dense.sum(peers, grads);
+      if constexpr (foreign_allreduce)
+        me.dense.sum(*workers_endpoint_, grads);
+      else
+        me.dense.sum(peers, grads);
       me.timer.mark(allreduce_phase);
       me.dense.apply(me.model.parameters(), grads);
       me.timer.mark(compute_phase);
@@ -1005,6 +1029,7 @@ class trainer {
   std::vector<std::unique_ptr<server_type>> servers_;
   std::unique_ptr<progress> progress_;
   int local_rank_ = -1;
+  workers_endpoint_type workers_endpoint_{};  ///< foreign_allreduce: this worker's endpoint
 };
 
 }  // namespace strata::train

@@ -1,6 +1,7 @@
-// expect: other Allreduce policies such as mpi::native_allreduce are not used by the trainer yet
-// Must NOT compile: hybrid<C, Allreduce> with an Allreduce the trainer would silently ignore
-// (mpi::native_allreduce, or a user's policy like this one).
+// expect: this Allreduce cannot make an endpoint of the workers from the trainer's Transport
+// Must NOT compile: hybrid<C, Allreduce> with an Allreduce that cannot run among the workers
+// of the trainer's transport (a user's policy without subset(), or mpi::native_allreduce on
+// threads): the trainer would otherwise have to ignore it.
 #include "strata/embedding/sharded.hpp"
 #include "strata/models/dlrm.hpp"
 #include "strata/optim/adagrad.hpp"
