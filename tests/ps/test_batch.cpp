@@ -14,6 +14,7 @@
 #include "strata/core/rng.hpp"
 #include "strata/embedding/local.hpp"
 #include "strata/optim/adagrad.hpp"
+#include "support/ensure.hpp"
 
 using namespace strata;
 using ps_test::run_job;
@@ -145,7 +146,7 @@ TEST_CASE("sharded gather_tables / apply_gradients_tables match a local table bi
   // One rank that trains and serves (the trainer's co-located layout, server on a thread).
   const ps::shard_map map(ps::layout::colocated(1), specs);
   comm::thread_world world(1, {.timeout_seconds = 30});
-  world.run([&](comm::thread_transport& t) {
+  REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
     storage::server_type server(map, 0, opt);
     std::exception_ptr server_error;
     std::thread serving([&] {
@@ -178,10 +179,11 @@ TEST_CASE("sharded gather_tables / apply_gradients_tables match a local table bi
         s.gather_tables(pulls);
         for (std::size_t tab = 0; tab < specs.size(); ++tab) {
           ref.gather(tab, keys[tab], want[tab]);
-          INFO("step " << step << " table " << tab);
           // (memcmp of zero bytes may see null pointers: an empty table's batch has no rows)
-          REQUIRE((got[tab].size() == 0 ||
-                   std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0));
+          strata_test::ensure(
+              got[tab].size() == 0 ||
+                  std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0,
+              "step ", step, " table ", tab, ": rows differ from the per-table reference");
         }
         s.apply_gradients_tables(pushes);
         for (std::size_t tab = 0; tab < specs.size(); ++tab)
@@ -191,7 +193,7 @@ TEST_CASE("sharded gather_tables / apply_gradients_tables match a local table bi
     }
     serving.join();
     if (server_error) std::rethrow_exception(server_error);
-  });
+  }));
 }
 
 TEST_CASE("multi-table calls reject a bad entry before sending anything", "[ps][batch][errors]") {

@@ -14,6 +14,7 @@
 #include "strata/embedding/local.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/sgd.hpp"
+#include "support/ensure.hpp"
 
 using namespace strata;
 using ps_test::run_job;
@@ -49,7 +50,8 @@ TEST_CASE("sharded storage models embedding::storage and matches local", "[ps][s
     for (int step = 0; step < 3; ++step) {
       s.gather(0, keys, got);
       ref.gather(0, keys, want);
-      REQUIRE(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      strata_test::ensure(std::memcmp(got.data(), want.data(), got.size() * 4) == 0,
+                          "rows differ from the local reference at step ", step);
       for (std::size_t i = 0; i < g.size(); ++i)
         g.flat()[i] = std::sin(static_cast<float>(i + step));
       s.apply_gradients(0, keys, g);
@@ -57,7 +59,8 @@ TEST_CASE("sharded storage models embedding::storage and matches local", "[ps][s
     }
     s.gather(0, keys, got);
     ref.gather(0, keys, want);
-    REQUIRE(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+    strata_test::ensure(std::memcmp(got.data(), want.data(), got.size() * 4) == 0,
+                        "rows differ from the local reference at the end");
     s.shutdown();
   });
 }

@@ -14,6 +14,7 @@
 #include "strata/optim/sgd.hpp"
 #include "strata/train/dense_path.hpp"
 #include "strata/train/sparse_path.hpp"
+#include "support/ensure.hpp"
 
 using namespace strata;
 
@@ -55,7 +56,7 @@ TEST_CASE("allreduce_dense sums like a serial rank-order loop (bitwise when dete
   const std::size_t count = 1003;
   for (bool deterministic : {true, false}) {
     comm::thread_world world(3, {.timeout_seconds = 20});
-    world.run([&](comm::thread_transport& t) {
+    REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
       train::allreduce_dense<compress::identity, optim::sgd> path(train::dense_rows(count, 64),
                                                                   optim::sgd{}, deterministic);
       std::vector<float> grads(count);
@@ -65,11 +66,12 @@ TEST_CASE("allreduce_dense sums like a serial rank-order loop (bitwise when dete
       for (std::size_t i = 0; i < count; ++i) {
         const float serial = (grad_value(0, i) + grad_value(1, i)) + grad_value(2, i);
         if (deterministic)
-          REQUIRE(grads[i] == serial);
+          strata_test::ensure(grads[i] == serial, "value ", i, ": ", grads[i], " != ", serial);
         else
-          REQUIRE(grads[i] == Approx(serial).margin(1e-5));
+          strata_test::ensure(std::abs(grads[i] - serial) <= 1e-5, "value ", i, ": ", grads[i],
+                              " vs ", serial);
       }
-    });
+    }));
   }
 }
 
@@ -77,19 +79,20 @@ TEST_CASE("allreduce_dense through fp16 stays within fp16 rounding of the float6
           "[train][dense_path]") {
   const std::size_t count = 500;
   comm::thread_world world(2, {.timeout_seconds = 20});
-  world.run([&](comm::thread_transport& t) {
+  REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
     train::allreduce_dense<compress::fp16, optim::sgd> path(train::dense_rows(count, 64),
                                                             optim::sgd{}, true);
-    REQUIRE(path.residual().empty());
+    strata_test::ensure(path.residual().empty(), "fp16 keeps no residual");
     std::vector<float> grads(count);
     for (std::size_t i = 0; i < count; ++i)
       grads[i] = grad_value(t.rank(), i);
     path.sum(t, std::span(grads));
     for (std::size_t i = 0; i < count; ++i) {
       const double exact = double(grad_value(0, i)) + double(grad_value(1, i));
-      REQUIRE(std::abs(grads[i] - exact) <= 4e-3 * (1 + std::abs(exact)));
+      strata_test::ensure(std::abs(grads[i] - exact) <= 4e-3 * (1 + std::abs(exact)), "value ", i,
+                          ": ", grads[i], " vs ", exact);
     }
-  });
+  }));
 }
 
 TEST_CASE("allreduce_dense applies the optimizer row by row, the padded last row included",

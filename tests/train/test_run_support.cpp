@@ -1,7 +1,9 @@
 // What the trainer delegates: the checkpoint directory (staging, publishing, rotation, latest),
-// evaluation scores, the in-process world's options and a co-located server's thread.
+// evaluation scores, the in-process world's options, a co-located server's thread, and the
+// servers it hosts (running ranks, routing checkpointed rows, traffic accounting).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -12,10 +14,14 @@
 #include <vector>
 
 #include "strata/data/metrics.hpp"
+#include "strata/embedding/sharded.hpp"
+#include "strata/optim/sgd.hpp"
 #include "strata/train/checkpoint_dir.hpp"
 #include "strata/train/evaluation.hpp"
 #include "strata/train/launch.hpp"
+#include "strata/train/servers.hpp"
 #include "support/ctr_fixtures.hpp"
+#include "support/ensure.hpp"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -106,4 +112,62 @@ TEST_CASE("run_beside runs both sides at once and rethrows the worker's failure 
                       "worker broke");
   REQUIRE_THROWS_WITH(train::run_beside([] { throw std::runtime_error("server broke"); }, [] {}),
                       "server broke");
+}
+
+TEST_CASE("hosted_servers run dedicated and co-located server ranks and route rows to owners",
+          "[train][servers]") {
+  using server_type = ps::server<optim::sgd, ps::sync>;
+  const std::vector<embedding::table_spec> specs{{"t", 100, 4}};
+  const std::vector<float> row{1, 2, 3, 4};
+  for (const bool colocated : {false, true}) {
+    INFO((colocated ? "co-located" : "dedicated"));
+    const auto roles = colocated ? ps::layout::colocated(2) : ps::layout::dedicated(2, 1);
+    const ps::shard_map map(roles, specs);
+    train::hosted_servers<server_type> servers(
+        map, [](int) { return true; }, optim::sgd{}, optim::sgd{}, server_type::no_dense_table,
+        ps::server_options{});
+    REQUIRE((servers.at_rank(0) != nullptr) == colocated);
+    // Each key goes to the one server that owns it, whichever rank loads it.
+    int imported = 0;
+    for (int rank = 0; rank < roles.ranks(); ++rank)
+      imported += servers.import_owned(rank, 0, 42, row, {}) ? 1 : 0;
+    REQUIRE(imported == 1);
+    servers.import_anywhere(0, 7, row, {});
+    std::vector<std::uint64_t> seen;
+    servers.for_each_row(
+        [&](std::size_t, std::uint64_t key, std::span<const float> values, std::span<const float>) {
+          seen.push_back(key);
+          REQUIRE(std::vector<float>(values.begin(), values.end()) == row);
+        });
+    std::sort(seen.begin(), seen.end());
+    REQUIRE(seen == std::vector<std::uint64_t>{7, 42});
+
+    comm::thread_world world(roles.ranks(), {.timeout_seconds = 20});
+    std::atomic<int> workers_ran{0};
+    REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
+      servers.run(t, [&] {
+        ++workers_ran;
+        embedding::sharded<optim::sgd> client(t, map);
+        const std::vector<std::uint64_t> keys{42, 7};
+        matrix<float> got(2, 4);
+        client.gather(0, keys, got.view());
+        for (std::size_t c = 0; c < 4; ++c)
+          strata_test::ensure(got(0, c) == row[c] && got(1, c) == row[c], "pulled row differs");
+        client.shutdown();
+      });
+    }));
+    REQUIRE(workers_ran.load() == 2);
+    const auto stats = servers.stats();
+    REQUIRE(stats.size() == (colocated ? 2u : 1u));
+    train::train_report report;
+    train::split_traffic(world, stats, report);
+    std::uint64_t received = 0, sent = 0;
+    for (const auto& st : stats) {
+      received += st.bytes_received;
+      sent += st.bytes_sent;
+    }
+    REQUIRE(received > 0);
+    REQUIRE(report.bytes_worker_to_server == received);
+    REQUIRE(report.bytes_server_to_worker == sent);
+  }
 }

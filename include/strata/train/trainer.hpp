@@ -70,6 +70,7 @@
 #include "strata/train/evaluation.hpp"
 #include "strata/train/launch.hpp"
 #include "strata/train/options.hpp"
+#include "strata/train/servers.hpp"
 #include "strata/train/sparse_path.hpp"
 #include "strata/train/strategy.hpp"
 
@@ -247,15 +248,12 @@ class trainer {
       std::vector<embedding::table_spec> specs = tables_;
       specs.push_back({"dense", dense_layout_.rows(), options_.dense_row});
       map_.emplace(*roles_, specs, options_.partition);
-      servers_.resize(static_cast<std::size_t>(roles_->servers()));
-      for (int s = 0; s < roles_->servers(); ++s) {
-        if (!is_local(roles_->server_rank(s))) continue;
-        ps::server_options so;
-        so.threads = options_.server_threads;
-        so.init = init();
-        servers_[static_cast<std::size_t>(s)] = std::make_unique<server_type>(
-            *map_, s, optimizer_, dense_optimizer_, tables_.size(), so);
-      }
+      ps::server_options so;
+      so.threads = options_.server_threads;
+      so.init = init();
+      servers_ = hosted_servers<server_type>(
+          *map_, [&](int rank) { return is_local(rank); }, optimizer_, dense_optimizer_,
+          tables_.size(), so);
       load_dense_into_servers(probe.parameters(), {});
     }
   }
@@ -283,7 +281,7 @@ class trainer {
       }
     });
     train_report report = make_report(result, clock.seconds());
-    count_bytes(world, report);
+    split_traffic(world, servers_.stats(), report);
     report.embedding_checksum = embedding_checksum();
     return report;
   }
@@ -335,12 +333,10 @@ class trainer {
   template <class Fn>
   void for_each_embedding_row(Fn&& fn) const {
     if constexpr (on_ps) {
-      for (const auto& s : servers_)
-        if (s)
-          s->for_each_row([&](std::size_t t, std::uint64_t key, std::span<const float> row,
-                              std::span<const float> state) {
-            if (t < tables_.size()) fn(t, key, row, state);
-          });
+      servers_.for_each_row([&](std::size_t t, std::uint64_t key, std::span<const float> row,
+                                std::span<const float> state) {
+        if (t < tables_.size()) fn(t, key, row, state);  // the dense table is not an embedding
+      });
     } else {
       if (!workers_[0]) return;
       const auto& storage = workers_[0]->sparse.storage();
@@ -443,8 +439,7 @@ class trainer {
       std::optional<eval_point> evaluated;
       rank_body(t, train_set, step, end, eval_set, evaluate, evaluated);
       if constexpr (on_ps) {
-        if (roles_->is_server(t.rank()))
-          servers_[static_cast<std::size_t>(roles_->server_index(t.rank()))]->reset_clock();
+        servers_.reset_clock(t.rank());
         // Every server restarts its step count before any worker pulls for the next segment
         // (worker 0 may still be evaluating when the others finish theirs).
         if (end < total) comm::barrier(t);
@@ -474,8 +469,7 @@ class trainer {
     const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
     report.samples = (report.steps - report.first_step) * global;
     report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
-    for (const auto& s : servers_)
-      if (s) report.server_stats.push_back(s->stats());
+    report.server_stats = servers_.stats();
     if (workers_[0]) {
       const auto& w0 = *workers_[0];
       report.train_loss = w0.mean_loss();
@@ -572,20 +566,8 @@ class trainer {
   void rank_body(transport_type& t, const data::ctr_dataset& train_set, std::size_t first,
                  std::size_t end, const data::ctr_dataset* eval_set, bool evaluate,
                  std::optional<eval_point>& evaluated) {
-    if constexpr (on_ps) {
-      if (roles_->is_server(t.rank())) {
-        auto& server = *servers_[static_cast<std::size_t>(roles_->server_index(t.rank()))];
-        if (!roles_->is_worker(t.rank())) {
-          server.serve(t);
-          return;
-        }
-        // Co-located: serve on a second thread of this rank beside the worker.
-        run_beside([&] { server.serve(t); },
-                   [&] { worker_body(t, train_set, first, end, eval_set, evaluate, evaluated); });
-        return;
-      }
-    }
-    worker_body(t, train_set, first, end, eval_set, evaluate, evaluated);
+    // A server rank serves (beside its worker when co-located); a worker rank trains.
+    servers_.run(t, [&] { worker_body(t, train_set, first, end, eval_set, evaluate, evaluated); });
   }
 
   void worker_body(transport_type& t, const data::ctr_dataset& train_set, std::size_t first,
@@ -752,30 +734,10 @@ class trainer {
           std::fill(st.begin(), st.end(), 0.0f);
         else
           std::copy_n(state.begin() + static_cast<std::ptrdiff_t>(r * sf), sf, st.begin());
-        const auto s = map_->server_of(tables_.size(), r);
-        if (servers_[s]) servers_[s]->import_row(tables_.size(), r, row, st);
+        servers_.import_anywhere(tables_.size(), r, row, st);
       }
     }
   }
-  // ---- traffic ----------------------------------------------------------------------------
-
-  void count_bytes(const comm::thread_world& world, train_report& report) const {
-    std::uint64_t ps_requests = 0, ps_replies = 0, total = 0;
-    for (const auto& s : servers_) {
-      if (!s) continue;
-      const auto st = s->stats();
-      ps_requests += st.bytes_received;
-      ps_replies += st.bytes_sent;
-    }
-    for (int a = 0; a < world.size(); ++a)
-      for (int b = 0; b < world.size(); ++b)
-        if (a != b) total += world.bytes_sent(a, b);
-    report.bytes_worker_to_server = ps_requests;
-    report.bytes_server_to_worker = ps_replies;
-    report.bytes_worker_to_worker =
-        total >= ps_requests + ps_replies ? total - ps_requests - ps_replies : 0;
-  }
-
   // ---- checkpoints ------------------------------------------------------------------------
 
   [[nodiscard]] std::filesystem::path latest_checkpoint() const {
@@ -881,7 +843,7 @@ class trainer {
       if (roles_->is_server(t.rank())) {
         const int s = roles_->server_index(t.rank());
         write_rows(temporary / cat("rows-server-", s, ".ckpt"), false, false,
-                   servers_[static_cast<std::size_t>(s)].get());
+                   servers_.at_rank(t.rank()));
       }
     }
     comm::barrier(t);
@@ -917,10 +879,6 @@ class trainer {
                options_.dense_row, ": resume with the optimizers it was written with"));
     worker_state* me =
         is_worker(rank) ? workers_[static_cast<std::size_t>(worker_index(rank))].get() : nullptr;
-    server_type* server = nullptr;
-    if constexpr (on_ps)
-      if (roles_->is_server(rank))
-        server = servers_[static_cast<std::size_t>(roles_->server_index(rank))].get();
 
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir))
@@ -946,12 +904,8 @@ class trainer {
           const auto row = std::span<const float>(values.data() + i * dim, dim);
           const auto row_state = std::span<const float>(st.data() + i * sf, sf);
           const bool to_servers = dense ? traits::dense_on_ps : on_ps;
-          if (to_servers) {
-            if constexpr (on_ps)
-              if (server != nullptr &&
-                  map_->server_of(t, keys[i]) == static_cast<std::size_t>(server->index()))
-                server->import_row(t, keys[i], row, row_state);
-          }
+          // This rank's server takes the rows it owns (other ranks load theirs).
+          if (to_servers) servers_.import_owned(rank, t, keys[i], row, row_state);
           // Workers keep a replica of the dense parameters under every strategy.
           if (me != nullptr && (dense || !to_servers)) {
             if (dense) {
@@ -1026,7 +980,7 @@ class trainer {
   std::optional<ps::layout> roles_;
   std::optional<ps::shard_map> map_;
   std::vector<std::unique_ptr<worker_state>> workers_;
-  std::vector<std::unique_ptr<server_type>> servers_;
+  hosted_servers<server_type> servers_;  ///< PS strategies: the server ranks of this process
   std::unique_ptr<progress> progress_;
   int local_rank_ = -1;
   workers_endpoint_type workers_endpoint_{};  ///< foreign_allreduce: this worker's endpoint
