@@ -14,6 +14,8 @@
 #include "strata/core/rng.hpp"
 #include "strata/embedding/local.hpp"
 #include "strata/optim/adagrad.hpp"
+#include "strata/optim/sgd.hpp"
+#include "strata/train/launch.hpp"
 #include "support/ensure.hpp"
 
 using namespace strata;
@@ -238,4 +240,75 @@ TEST_CASE("multi-table calls reject a bad entry before sending anything", "[ps][
     c.pull_tables({});
     c.push_tables({});
   });
+}
+
+TEST_CASE("split-phase pulls under async: the rows of when they left, misuse refused",
+          "[ps][batch][sharded][async]") {
+  using storage = embedding::sharded<optim::sgd, ps::async>;
+  const optim::sgd opt{.lr = 0.3f};
+  const std::vector<embedding::table_spec> specs = {{"a", 50, 4}, {"b", 30, 8}};
+  embedding::local<optim::sgd> ref(specs, opt);
+  const ps::shard_map map(ps::layout::colocated(1), specs);
+  comm::thread_world world(1, {.timeout_seconds = 30});
+  REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
+    storage::server_type server(map, 0, opt);
+    train::run_beside(
+        [&] { server.serve(t); },
+        [&] {
+          storage s(t, map);
+          for (int step = 0; step < 5; ++step) {
+            std::vector<std::vector<std::uint64_t>> keys;
+            std::vector<matrix<float>> got, want, grads;
+            std::vector<ps::table_pull> pulls;
+            std::vector<ps::table_push> pushes;
+            for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+              keys.push_back(keys_of(0, step, tab, specs));
+              got.emplace_back(keys[tab].size(), specs[tab].dim);
+              want.emplace_back(keys[tab].size(), specs[tab].dim);
+              grads.emplace_back(keys[tab].size(), specs[tab].dim);
+              for (std::size_t i = 0; i < grads[tab].size(); ++i)
+                grads[tab].flat()[i] = grad_of(0, step, i + tab * 100);
+            }
+            for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+              pulls.push_back({tab, keys[tab], got[tab]});
+              pushes.push_back({tab, keys[tab], grads[tab]});
+              ref.gather(tab, keys[tab], want[tab]);  // the rows before this step's push
+            }
+            s.begin_gather_tables(pulls);
+            strata_test::ensure(s.client().pull_in_flight(), "no pull in flight after begin");
+            s.apply_gradients_tables(pushes);  // overlaps the pull; its rows must not show
+            s.finish_gather_tables(pulls);
+            for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+              strata_test::ensure(
+                  got[tab].size() == 0 ||
+                      std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0,
+                  "step ", step, " table ", tab, ": rows differ from those before the push");
+              ref.apply_gradients(tab, keys[tab], grads[tab]);
+            }
+          }
+          // Misuse: finishing what was never begun, beginning twice, finishing other entries.
+          const std::vector<std::uint64_t> k = {1, 2};
+          matrix<float> out(2, 4);
+          const std::vector<ps::table_pull> one = {{0, k, out}};
+          const auto refused = [](auto&& fn, const char* words) {
+            try {
+              fn();
+            } catch (const error& e) {
+              return std::string(e.what()).find(words) != std::string::npos;
+            }
+            return false;
+          };
+          strata_test::ensure(refused([&] { s.finish_gather_tables(one); }, "no pull in flight"),
+                              "finish without begin was not refused");
+          s.begin_gather_tables(one);
+          strata_test::ensure(refused([&] { s.begin_gather_tables(one); }, "still in flight"),
+                              "a second begin was not refused");
+          strata_test::ensure(refused([&] { s.gather_tables(one); }, "still in flight"),
+                              "a blocking pull during a split one was not refused");
+          strata_test::ensure(refused([&] { s.finish_gather_tables({}); }, "pass the same entries"),
+                              "finishing other entries was not refused");
+          s.finish_gather_tables(one);
+          s.shutdown();
+        });
+  }));
 }

@@ -72,6 +72,17 @@ class sharded {
     std::lock_guard lock(mutex_);
     client_.pull_tables(entries);
   }
+  /// Split-phase `gather_tables` (`ps::client::begin_pull_tables` / `finish_pull_tables`):
+  /// the requests leave at `begin`, the rows land at `finish`; pushes may come in between.
+  /// Only under ps::async (a pull may then miss this worker's own pushes since `begin`).
+  void begin_gather_tables(std::span<const ps::table_pull> entries) {
+    std::lock_guard lock(mutex_);
+    client_.begin_pull_tables(entries);
+  }
+  void finish_gather_tables(std::span<const ps::table_pull> entries) {
+    std::lock_guard lock(mutex_);
+    client_.finish_pull_tables(entries);
+  }
   /// Multi-table apply: `apply_gradients` of every entry, in order, all validated before any
   /// is sent (`ps::client::push_tables`). The tables must be distinct.
   void apply_gradients_tables(std::span<const ps::table_push> entries) {

@@ -177,6 +177,31 @@ class client {
     pull_batch(pulls, "ps::client::pull_tables");
   }
 
+  /// Split-phase `pull_tables`: sends every request and returns at once; `finish_pull_tables`
+  /// (called with the same entries, whose keys and `out` must stay valid until then) waits for
+  /// the replies and fills `out`. Pushes made in between do not wait for it, and the rows are
+  /// those the servers held when they answered — possibly before this worker's later pushes,
+  /// a staleness only `ps::async` allows (so the other policies refuse it). One batch in flight
+  /// at a time.
+  void begin_pull_tables(std::span<const table_pull> pulls) {
+    static_assert(!Consistency::blocks_on_step,
+                  "ps::client::begin_pull_tables: a pull that overlaps this worker's own pushes "
+                  "may read rows older than the consistency policy allows; only ps::async takes "
+                  "it (use pull_tables)");
+    begin_batch(pulls, "ps::client::begin_pull_tables");
+  }
+  void finish_pull_tables(std::span<const table_pull> pulls) {
+    STRATA_EXPECTS(in_flight_,
+                   "ps::client::finish_pull_tables: no pull in flight (call "
+                   "begin_pull_tables first)");
+    STRATA_EXPECTS(pulls.size() == in_flight_entries_,
+                   "ps::client::finish_pull_tables: ", pulls.size(), " entries but ",
+                   in_flight_entries_, " were begun; pass the same entries");
+    finish_batch(pulls, "ps::client::finish_pull_tables");
+  }
+  /// A split-phase pull has been begun and not finished.
+  [[nodiscard]] bool pull_in_flight() const noexcept { return in_flight_; }
+
   /// Sends dLoss/d(row keys[i]) = grads.row(i), summed per unique key, to the servers.
   void push(std::size_t table, std::span<const std::uint64_t> keys,
             matrix_view<const float> grads) {
@@ -355,6 +380,7 @@ class client {
   /// What one table of a pull keeps between sending its requests and scattering the rows.
   struct pull_state {
     std::size_t table = 0, dim = 0;
+    std::uint64_t step = 0;              // the step the requests carried
     std::vector<std::uint64_t> unique;   // distinct keys, ascending (the protocol's order)
     std::vector<std::uint32_t> slot_of;  // keys[i] → index in unique
     std::vector<std::vector<std::uint64_t>> server_keys;   // per server: its unique keys
@@ -380,6 +406,13 @@ class client {
   }
 
   void pull_batch(std::span<const table_pull> pulls, const char* who) {
+    begin_batch(pulls, who);
+    finish_batch(pulls, who);
+  }
+  void begin_batch(std::span<const table_pull> pulls, const char* who) {
+    STRATA_EXPECTS(!in_flight_, who,
+                   ": a begun pull is still in flight (finish_pull_tables it "
+                   "first)");
     check_batch(pulls, who, [&](const table_pull& p) {
       const std::size_t dim = map_.spec(p.table).dim;
       if (p.out.rows() != p.keys.size() || p.out.cols() != dim)
@@ -396,6 +429,7 @@ class client {
       pull_state& st = states_[p];
       st.table = pulls[p].table;
       st.dim = map_.spec(st.table).dim;
+      st.step = steps_[st.table];
       position_[st.table] = static_cast<std::ptrdiff_t>(p);
       deduplicate(pulls[p].keys, st);
       partition(st, servers);
@@ -412,6 +446,14 @@ class client {
         ++pending_[s];
       }
     }
+    in_flight_ = true;
+    in_flight_entries_ = pulls.size();
+    in_flight_codec_ = codec;
+  }
+  void finish_batch(std::span<const table_pull> pulls, const char* who) {
+    in_flight_ = false;
+    const wire_codec codec = in_flight_codec_;
+    const auto servers = static_cast<std::size_t>(map_.roles().servers());
     std::optional<error> first;
     for (std::size_t s = 0; s < servers; ++s)
       while (pending_[s] > 0) {
@@ -492,7 +534,7 @@ class client {
     pull_state* st = p >= 0 ? &states_[static_cast<std::size_t>(p)] : nullptr;
     if (h.type != msg_type::pull_reply || h.worker != static_cast<std::uint32_t>(worker_) ||
         st == nullptr || st->server_keys[s].empty() || !st->replies[s].empty() ||
-        h.step != steps_[h.table] || h.key_count != st->server_keys[s].size() || h.dim != st->dim ||
+        h.step != st->step || h.key_count != st->server_keys[s].size() || h.dim != st->dim ||
         h.codec != codec)
       fail(errc::bad_message,
            cat(who, ": reply from server ", s, " (type ", static_cast<int>(h.type), ", worker ",
@@ -500,8 +542,8 @@ class client {
                h.dim, ", codec ", static_cast<int>(h.codec), ") answers no pending pull of worker ",
                worker_,
                st == nullptr ? std::string(" (no pull of that table is pending)")
-                             : cat(" (pending: step ", steps_[h.table], ", ",
-                                   st->server_keys[s].size(), " keys, dim ", st->dim, ")")));
+                             : cat(" (pending: step ", st->step, ", ", st->server_keys[s].size(),
+                                   " keys, dim ", st->dim, ")")));
     const std::size_t values = row_values(h);
     if (payload_of(bytes).size() != values * value_bytes(codec))
       fail(errc::bad_message,
@@ -553,7 +595,10 @@ class client {
   std::vector<pull_state> states_;        // per table of the current pull batch
   std::vector<std::ptrdiff_t> position_;  // table → its index in the pull batch (or −1)
   std::vector<std::size_t> pending_;      // per server: replies still awaited
-  std::vector<unsigned char> marks_;      // per table: seen in the batch being checked
+  bool in_flight_ = false;                // a begun pull awaits finish_batch
+  std::size_t in_flight_entries_ = 0;
+  wire_codec in_flight_codec_ = wire_codec::fp32;
+  std::vector<unsigned char> marks_;  // per table: seen in the batch being checked
   std::vector<std::vector<std::uint64_t>> server_keys_;  // push: per server
   std::vector<std::vector<std::size_t>> server_slots_;
   std::vector<std::vector<std::byte>> messages_;

@@ -224,22 +224,27 @@ class allreduce_dense {
 class servers_dense {
  public:
   servers_dense(dense_rows layout, std::size_t table)
-      : layout_(layout), table_(table), keys_(layout.rows()), padded_(layout.rows(), layout.row()) {
+      : layout_(layout),
+        table_(table),
+        keys_(layout.rows()),
+        pulled_(layout.rows(), layout.row()),
+        pushed_(layout.rows(), layout.row()) {
     std::iota(keys_.begin(), keys_.end(), std::uint64_t{0});
   }
-  /// The pull of every dense row, into this object's buffer (valid until the next call).
-  [[nodiscard]] ps::table_pull pull_request() { return {table_, keys_, padded_.view()}; }
+  /// The pull of every dense row, into this object's pull buffer (it stays valid, and apart
+  /// from the push buffer, while a split-phase pull is in flight).
+  [[nodiscard]] ps::table_pull pull_request() { return {table_, keys_, pulled_.view()}; }
   /// After the pull: the servers' parameters into `params`.
   void take(std::span<float> params) const {
     STRATA_EXPECTS(params.size() == layout_.count(), "servers_dense::take: ", params.size(),
                    " parameters, expected ", layout_.count());
-    std::copy_n(padded_.data(), params.size(), params.begin());
+    std::copy_n(pulled_.data(), params.size(), params.begin());
   }
   /// Pushes this worker's dense gradients (padded to whole rows) through `storage`.
   template <class Storage>
   void push(Storage& storage, std::span<const float> grads) {
-    layout_.read_all(grads, padded_.view());
-    storage.apply_gradients(table_, keys_, padded_.view());
+    layout_.read_all(grads, pushed_.view());
+    storage.apply_gradients(table_, keys_, pushed_.view());
   }
   [[nodiscard]] const dense_rows& layout() const noexcept { return layout_; }
   [[nodiscard]] std::size_t table() const noexcept { return table_; }
@@ -248,7 +253,7 @@ class servers_dense {
   dense_rows layout_;
   std::size_t table_;
   std::vector<std::uint64_t> keys_;
-  matrix<float> padded_;
+  matrix<float> pulled_, pushed_;
 };
 
 }  // namespace strata::train

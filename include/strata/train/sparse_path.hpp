@@ -190,6 +190,16 @@ class server_rows {
 
   /// Every entry's rows in one pipelined round trip.
   void fetch(std::span<const ps::table_pull> pulls) { storage().gather_tables(pulls); }
+  /// Under ps::async: the pull leaves now (`begin_fetch`) and its rows land at `finish_fetch`,
+  /// so the next step's pull overlaps this step's compute and push.
+  static constexpr bool can_prefetch = requires(Storage & s, std::span<const ps::table_pull> p) {
+    s.begin_gather_tables(p);
+  }
+  &&!Storage::consistency_type::blocks_on_step;
+  void begin_fetch(std::span<const ps::table_pull> pulls) { storage().begin_gather_tables(pulls); }
+  void finish_fetch(std::span<const ps::table_pull> pulls) {
+    storage().finish_gather_tables(pulls);
+  }
   /// Every entry's gradients in one push (the servers sum the workers' pushes).
   template <comm::transport T>
   void apply(T& /*workers*/, std::span<const ps::table_push> pushes) {

@@ -199,6 +199,13 @@ class trainer {
                          allreduce_dense<Compressor, DenseOptimizer, typename traits::allreduce>>;
   using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
                                               replicated_rows<Storage>>;
+  /// The next step's pull overlaps this step (ps::async only).
+  static constexpr bool prefetch = [] {
+    if constexpr (on_ps)
+      return sparse_path_type::can_prefetch;
+    else
+      return false;
+  }();
 
   /// A trainer for every rank of a `thread_world` (`local_rank` < 0; train with
   /// `fit(train, eval)`), or for one process of a multi-process world such as MPI
@@ -586,19 +593,48 @@ class trainer {
     data::sharded_sampler sampler(train_set.size(), static_cast<std::size_t>(options_.workers),
                                   static_cast<std::size_t>(w), global, options_.seed);
     const std::size_t per_epoch = sampler.steps_per_epoch();
-    step_buffers buffers(*this);
-    for (std::size_t s = first; s < end; ++s) {
+    const auto load = [&](std::size_t s, step_buffers& b) {
       if (sampler.epoch() != s / per_epoch || s == first) sampler.set_epoch(s / per_epoch);
+      train_set.gather(sampler.batch(s % per_epoch), b.batch);
+    };
+    // Under ps::async the pull of step s + 1 leaves before step s computes and pushes, and its
+    // rows land at the start of step s + 1 (the overlap async allows: they may miss this
+    // worker's push of step s). Two step buffers alternate.
+    step_buffers buffers(*this), ahead(*this);
+    step_buffers* now = &buffers;
+    step_buffers* next = &ahead;
+    if constexpr (prefetch) {
       me.timer.skip();
-      train_set.gather(sampler.batch(s % per_epoch), buffers.batch);
+      load(first, *now);
+      prepare_pulls(me, *now);
+      me.sparse.begin_fetch(now->pulls);
       me.timer.mark(data_phase);
-      train_step(me, peers, buffers, global);
+    }
+    for (std::size_t s = first; s < end; ++s) {
+      me.timer.skip();
+      if constexpr (prefetch) {
+        me.sparse.finish_fetch(now->pulls);
+        after_fetch(me);
+        me.timer.mark(pull_phase);
+        if (s + 1 < end) {
+          load(s + 1, *next);
+          prepare_pulls(me, *next);
+          me.sparse.begin_fetch(next->pulls);
+        }
+        me.timer.mark(data_phase);
+        train_step(me, peers, *now, global, true);
+        std::swap(now, next);
+      } else {
+        load(s, *now);
+        me.timer.mark(data_phase);
+        train_step(me, peers, *now, global, false);
+      }
       if (w == 0 && options_.progress) {
         progress_->update(s + 1, cat("loss ", me.mean_loss(), "  sent ",
                                      comm::total_bytes_sent(t) >> 20, " MiB"));
       }
     }
-    if (evaluate && w == 0) evaluated = run_eval(me, buffers, *eval_set, end);
+    if (evaluate && w == 0) evaluated = run_eval(me, *now, *eval_set, end);
     if constexpr (traits::dense_on_ps) {
       if (w == 0) {  // worker 0's replica mirrors the servers' dense parameters
         const ps::table_pull dense = me.dense.pull_request();
@@ -632,6 +668,12 @@ class trainer {
   /// The step's rows of every table from the sparse path (and, for parameter_server, the dense
   /// parameters in the same round trip).
   void fetch(worker_state& me, step_buffers& b) {
+    prepare_pulls(me, b);
+    me.sparse.fetch(b.pulls);
+    after_fetch(me);
+  }
+  /// The step's pulls, one entry per table (and the dense rows under parameter_server).
+  void prepare_pulls(worker_state& me, step_buffers& b) {
     const std::size_t n = b.batch.size();
     auto& pulls = b.pulls;
     pulls.clear();
@@ -650,16 +692,20 @@ class trainer {
       b.grad_views[t] = b.row_grads[t].view();
     }
     if constexpr (traits::dense_on_ps) pulls.push_back(me.dense.pull_request());
-    me.sparse.fetch(pulls);
+  }
+  /// After the rows landed: the servers' dense parameters into the replica (parameter_server).
+  void after_fetch(worker_state& me) {
     if constexpr (traits::dense_on_ps) me.dense.take(me.model.parameters());
   }
 
   /// One step: rows → forward, loss, backward → dense path → sparse path.
   void train_step(worker_state& me, comm::group<transport_type>& peers, step_buffers& b,
-                  std::size_t global) {
+                  std::size_t global, bool fetched) {
     const std::size_t n = b.batch.size();
-    fetch(me, b);
-    me.timer.mark(pull_phase);
+    if (!fetched) {
+      fetch(me, b);
+      me.timer.mark(pull_phase);
+    }
 
     b.logits.resize(n);
     b.dlogits.resize(n);
