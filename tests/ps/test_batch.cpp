@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "ps/harness.hpp"
@@ -45,6 +44,36 @@ std::vector<std::uint64_t> keys_of(int worker, int step, std::size_t table,
 float grad_of(int worker, int step, std::size_t i) {
   return std::sin(static_cast<float>(worker * 131 + step * 17) + static_cast<float>(i) * 0.37f);
 }
+
+/// Worker 0's step `step` over every table of `sp`: keys, gradients, buffers for the pulled
+/// rows (`got`) and a reference's rows (`want`), and the multi-table entries that point at them.
+struct step_batch {
+  std::vector<std::vector<std::uint64_t>> keys;
+  std::vector<matrix<float>> got, want, grads;
+  std::vector<ps::table_pull> pulls;
+  std::vector<ps::table_push> pushes;
+
+  step_batch(int step, const std::vector<embedding::table_spec>& sp) {
+    for (std::size_t tab = 0; tab < sp.size(); ++tab) {
+      keys.push_back(keys_of(0, step, tab, sp));
+      got.emplace_back(keys[tab].size(), sp[tab].dim);
+      want.emplace_back(keys[tab].size(), sp[tab].dim);
+      grads.emplace_back(keys[tab].size(), sp[tab].dim);
+      for (std::size_t i = 0; i < grads[tab].size(); ++i)
+        grads[tab].flat()[i] = grad_of(0, step, i + tab * 100);
+    }
+    for (std::size_t tab = 0; tab < sp.size(); ++tab) {
+      pulls.push_back({tab, keys[tab], got[tab]});
+      pushes.push_back({tab, keys[tab], grads[tab]});
+    }
+  }
+  /// got[tab] is bitwise want[tab] (memcmp of zero bytes may see null pointers: an empty
+  /// table's batch has no rows).
+  [[nodiscard]] bool same_rows(std::size_t tab) const {
+    return got[tab].size() == 0 ||
+           std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0;
+  }
+};
 
 /// Every worker runs `steps` steps of (pull every table, push every table), batched or one
 /// table at a time, and records every pulled row; returns the records in worker order.
@@ -150,51 +179,23 @@ TEST_CASE("sharded gather_tables / apply_gradients_tables match a local table bi
   comm::thread_world world(1, {.timeout_seconds = 30});
   REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
     storage::server_type server(map, 0, opt);
-    std::exception_ptr server_error;
-    std::thread serving([&] {
-      try {
-        server.serve(t);
-      } catch (...) {
-        server_error = std::current_exception();
-      }
-    });
-    {
-      storage s(t, map);
-      for (int step = 0; step < 6; ++step) {
-        std::vector<std::vector<std::uint64_t>> keys;
-        std::vector<matrix<float>> got, want, grads;
-        std::vector<ps::table_pull> pulls;
-        std::vector<ps::table_push> pushes;
-        for (std::size_t tab = 0; tab < specs.size(); ++tab)
-          keys.push_back(keys_of(0, step, tab, specs));
-        for (std::size_t tab = 0; tab < specs.size(); ++tab) {
-          got.emplace_back(keys[tab].size(), specs[tab].dim);
-          want.emplace_back(keys[tab].size(), specs[tab].dim);
-          grads.emplace_back(keys[tab].size(), specs[tab].dim);
-          for (std::size_t i = 0; i < grads[tab].size(); ++i)
-            grads[tab].flat()[i] = grad_of(0, step, i + tab * 100);
-        }
-        for (std::size_t tab = 0; tab < specs.size(); ++tab) {
-          pulls.push_back({tab, keys[tab], got[tab]});
-          pushes.push_back({tab, keys[tab], grads[tab]});
-        }
-        s.gather_tables(pulls);
-        for (std::size_t tab = 0; tab < specs.size(); ++tab) {
-          ref.gather(tab, keys[tab], want[tab]);
-          // (memcmp of zero bytes may see null pointers: an empty table's batch has no rows)
-          strata_test::ensure(
-              got[tab].size() == 0 ||
-                  std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0,
-              "step ", step, " table ", tab, ": rows differ from the per-table reference");
-        }
-        s.apply_gradients_tables(pushes);
-        for (std::size_t tab = 0; tab < specs.size(); ++tab)
-          ref.apply_gradients(tab, keys[tab], grads[tab]);
-      }
-      s.shutdown();
-    }
-    serving.join();
-    if (server_error) std::rethrow_exception(server_error);
+    train::run_beside([&] { server.serve(t); },
+                      [&] {
+                        storage s(t, map);
+                        for (int step = 0; step < 6; ++step) {
+                          step_batch b(step, specs);
+                          s.gather_tables(b.pulls);
+                          for (std::size_t tab = 0; tab < specs.size(); ++tab) {
+                            ref.gather(tab, b.keys[tab], b.want[tab]);
+                            strata_test::ensure(b.same_rows(tab), "step ", step, " table ", tab,
+                                                ": rows differ from the per-table reference");
+                          }
+                          s.apply_gradients_tables(b.pushes);
+                          for (std::size_t tab = 0; tab < specs.size(); ++tab)
+                            ref.apply_gradients(tab, b.keys[tab], b.grads[tab]);
+                        }
+                        s.shutdown();
+                      });
   }));
 }
 
@@ -257,33 +258,17 @@ TEST_CASE("split-phase pulls under async: the rows of when they left, misuse ref
         [&] {
           storage s(t, map);
           for (int step = 0; step < 5; ++step) {
-            std::vector<std::vector<std::uint64_t>> keys;
-            std::vector<matrix<float>> got, want, grads;
-            std::vector<ps::table_pull> pulls;
-            std::vector<ps::table_push> pushes;
-            for (std::size_t tab = 0; tab < specs.size(); ++tab) {
-              keys.push_back(keys_of(0, step, tab, specs));
-              got.emplace_back(keys[tab].size(), specs[tab].dim);
-              want.emplace_back(keys[tab].size(), specs[tab].dim);
-              grads.emplace_back(keys[tab].size(), specs[tab].dim);
-              for (std::size_t i = 0; i < grads[tab].size(); ++i)
-                grads[tab].flat()[i] = grad_of(0, step, i + tab * 100);
-            }
-            for (std::size_t tab = 0; tab < specs.size(); ++tab) {
-              pulls.push_back({tab, keys[tab], got[tab]});
-              pushes.push_back({tab, keys[tab], grads[tab]});
-              ref.gather(tab, keys[tab], want[tab]);  // the rows before this step's push
-            }
-            s.begin_gather_tables(pulls);
+            step_batch b(step, specs);
+            for (std::size_t tab = 0; tab < specs.size(); ++tab)
+              ref.gather(tab, b.keys[tab], b.want[tab]);  // the rows before this step's push
+            s.begin_gather_tables(b.pulls);
             strata_test::ensure(s.client().pull_in_flight(), "no pull in flight after begin");
-            s.apply_gradients_tables(pushes);  // overlaps the pull; its rows must not show
-            s.finish_gather_tables(pulls);
+            s.apply_gradients_tables(b.pushes);  // overlaps the pull; its rows must not show
+            s.finish_gather_tables(b.pulls);
             for (std::size_t tab = 0; tab < specs.size(); ++tab) {
-              strata_test::ensure(
-                  got[tab].size() == 0 ||
-                      std::memcmp(got[tab].data(), want[tab].data(), got[tab].size() * 4) == 0,
-                  "step ", step, " table ", tab, ": rows differ from those before the push");
-              ref.apply_gradients(tab, keys[tab], grads[tab]);
+              strata_test::ensure(b.same_rows(tab), "step ", step, " table ", tab,
+                                  ": rows differ from those before the push");
+              ref.apply_gradients(tab, b.keys[tab], b.grads[tab]);
             }
           }
           // Misuse: finishing what was never begun, beginning twice, finishing other entries.

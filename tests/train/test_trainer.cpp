@@ -30,6 +30,9 @@ using hybrid_trainer =
 template <class Opt>
 using ps_trainer =
     train::trainer<models::dlrm, embedding::sharded<Opt>, train::parameter_server<ps::sync>>;
+template <class Opt>
+using async_ps_trainer = train::trainer<models::dlrm, embedding::sharded<Opt, ps::async>,
+                                        train::parameter_server<ps::async>>;
 
 double max_relative(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -216,8 +219,7 @@ TEST_CASE("async and bounded PS training still learn", "[train][consistency]") {
   options.max_steps = 0;
   options.epochs = 3;
   const auto eval = make_data(1000, 60);
-  using async_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad, ps::async>,
-                                 train::parameter_server<ps::async>>;
+  using async_t = async_ps_trainer<optim::adagrad>;
   using bounded_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad, ps::bounded<2>>,
                                    train::hybrid<ps::bounded<2>>, compress::fp16>;
   const auto ra = async_t(small_dlrm(), opt, options).fit(data, &eval);
@@ -243,8 +245,7 @@ TEST_CASE("async PS prefetches the next step's rows: deterministic at one worker
   options.servers = 1;
   options.max_steps = 0;
   options.epochs = 2;
-  using async_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad, ps::async>,
-                                 train::parameter_server<ps::async>>;
+  using async_t = async_ps_trainer<optim::adagrad>;
   STATIC_REQUIRE(async_t::prefetch);
   STATIC_REQUIRE(!ps_trainer<optim::adagrad>::prefetch);
   const auto first = async_t(small_dlrm(), opt, options).fit(data, &eval);

@@ -599,11 +599,13 @@ class trainer {
     };
     // Under ps::async the pull of step s + 1 leaves before step s computes and pushes, and its
     // rows land at the start of step s + 1 (the overlap async allows: they may miss this
-    // worker's push of step s). Two step buffers alternate.
-    step_buffers buffers(*this), ahead(*this);
+    // worker's push of step s). Two step buffers alternate; without prefetch one serves.
+    step_buffers buffers(*this);
+    std::optional<step_buffers> ahead;
     step_buffers* now = &buffers;
-    step_buffers* next = &ahead;
+    step_buffers* next = nullptr;
     if constexpr (prefetch) {
+      next = &ahead.emplace(*this);
       me.timer.skip();
       load(first, *now);
       prepare_pulls(me, *now);
