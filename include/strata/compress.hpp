@@ -9,4 +9,5 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/compress/keyed_error_feedback.hpp"
 #include "strata/compress/topk.hpp"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "strata/compress.hpp"
@@ -120,4 +121,66 @@ TEST_CASE("a non-finite step does not poison the residual", "[compress][error_fe
     REQUIRE(std::isfinite(r));
   for (std::size_t i = 0; i < 4; ++i)
     REQUIRE(codec.residual()[i] == 0.0f);  // the poisoned block's residual is reset
+}
+
+TEST_CASE("keyed error feedback keeps a residual per key: per key, inputs − decoded = residual",
+          "[compress][error_feedback]") {
+  const std::size_t dim = 5;
+  keyed_error_feedback<int8_block<64>> codec(dim);
+  std::vector<std::byte> bytes(codec.max_encoded_bytes(10 * dim));
+  std::vector<float> decoded;
+  std::map<std::uint64_t, std::vector<double>> sum_in, sum_out;
+  for (int step = 0; step < 30; ++step) {
+    // A different subset of 40 keys every step (what a sparse push sends).
+    const counter_rng pick{9, static_cast<std::uint64_t>(step)};
+    std::vector<std::uint64_t> keys;
+    for (std::uint64_t k = 0; k < 40 && keys.size() < 10; ++k)
+      if (pick.uniform(k) < 0.3f) keys.push_back(k * 1000003);
+    const auto g = gradient(keys.size() * dim, static_cast<std::uint64_t>(step));
+    const std::size_t size = codec.encode_rows(keys, g, bytes);
+    decoded.resize(g.size());
+    codec.decode(std::span(bytes).first(size), decoded);
+    for (std::size_t j = 0; j < keys.size(); ++j) {
+      auto& in = sum_in[keys[j]];
+      auto& out = sum_out[keys[j]];
+      in.resize(dim, 0.0);
+      out.resize(dim, 0.0);
+      for (std::size_t c = 0; c < dim; ++c) {
+        in[c] += g[j * dim + c];
+        out[c] += decoded[j * dim + c];
+      }
+    }
+  }
+  REQUIRE(codec.size() == sum_in.size());
+  double worst = 0;
+  for (const auto& [key, in] : sum_in) {
+    const auto r = codec.residual(key);
+    for (std::size_t c = 0; c < dim; ++c) {
+      CHECK(std::fabs(in[c] - sum_out[key][c] - r[c]) < 1e-4);
+      worst = std::max(worst, std::fabs(double(r[c])));
+    }
+  }
+  CHECK(worst < 0.1);  // one step's int8 error of values of magnitude ~3, not 30 steps' worth
+  CHECK(worst > 0.0);
+  CHECK(codec.residual(7) == std::vector<float>(dim, 0.0f));  // never encoded
+
+  // Residuals move to another object: both then encode the same bytes.
+  keyed_error_feedback<int8_block<64>> copy(dim);
+  codec.for_each_residual(
+      [&](std::uint64_t key, std::span<const float> r) { copy.restore(key, r); });
+  const std::vector<std::uint64_t> keys{0, 1000003 * 3, 5};
+  const auto g = gradient(keys.size() * dim, 99);
+  std::vector<std::byte> a(codec.max_encoded_bytes(g.size())), b(a.size());
+  const std::size_t na = codec.encode_rows(keys, g, a), nb = copy.encode_rows(keys, g, b);
+  REQUIRE(na == nb);
+  CHECK(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(na), b.begin()));
+  CHECK(codec.residual(5) == copy.residual(5));
+
+  CHECK_THROWS_WITH(codec.encode_rows(keys, std::span(g).first(4), a),
+                    Catch::Contains("4 values for 3 keys of 5"));
+  CHECK_THROWS_WITH(copy.restore(1, std::vector<float>(2)), Catch::Contains("2 values"));
+  CHECK_THROWS_AS(keyed_error_feedback<int8_block<64>>(0), strata::error);
+  copy.clear();
+  CHECK(copy.size() == 0);
+  CHECK(copy.residual(5) == std::vector<float>(dim, 0.0f));
 }

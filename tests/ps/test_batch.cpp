@@ -75,10 +75,14 @@ struct step_batch {
   }
 };
 
-/// Every worker runs `steps` steps of (pull every table, push every table), batched or one
-/// table at a time, and records every pulled row; returns the records in worker order.
+/// How run_steps pulls: one call per table, one multi-table call, or split-phase — the pull
+/// of step s begun right after the push of step s − 1 and finished at step s.
+enum class pull_mode { per_table, batched, split };
+
+/// Every worker runs `steps` steps of (pull every table, push every table) and records every
+/// pulled row; returns the records in worker order.
 template <class Cons>
-std::vector<std::vector<float>> run_steps(const ps::layout& roles, bool batched, int steps,
+std::vector<std::vector<float>> run_steps(const ps::layout& roles, pull_mode mode, int steps,
                                           ps::client_options copts = {}) {
   const ps::shard_map map(roles, specs);
   comm::thread_world world(roles.ranks(), {.timeout_seconds = 30});
@@ -87,38 +91,45 @@ std::vector<std::vector<float>> run_steps(const ps::layout& roles, bool batched,
       world, map, optim::adagrad{.lr = 0.3f},
       [&](auto& c, int w) {
         auto& record = pulled[static_cast<std::size_t>(w)];
-        for (int step = 0; step < steps; ++step) {
-          std::vector<std::vector<std::uint64_t>> keys;
-          std::vector<matrix<float>> rows, grads;
+        const auto n = static_cast<std::size_t>(steps);
+        std::vector<std::vector<std::vector<std::uint64_t>>> keys(n);
+        std::vector<std::vector<matrix<float>>> rows(n), grads(n);
+        std::vector<std::vector<ps::table_pull>> pulls(n);
+        std::vector<std::vector<ps::table_push>> pushes(n);
+        for (std::size_t step = 0; step < n; ++step) {
           for (std::size_t t = 0; t < specs.size(); ++t) {
-            keys.push_back(keys_of(w, step, t));
-            rows.emplace_back(keys[t].size(), specs[t].dim);
-            grads.emplace_back(keys[t].size(), specs[t].dim);
-            for (std::size_t i = 0; i < grads[t].size(); ++i)
-              grads[t].flat()[i] = grad_of(w, step, i + t * 100);
+            keys[step].push_back(keys_of(w, static_cast<int>(step), t));
+            rows[step].emplace_back(keys[step][t].size(), specs[t].dim);
+            grads[step].emplace_back(keys[step][t].size(), specs[t].dim);
+            for (std::size_t i = 0; i < grads[step][t].size(); ++i)
+              grads[step][t].flat()[i] = grad_of(w, static_cast<int>(step), i + t * 100);
           }
-          if (batched) {
-            // Tables in a scrambled order: the order of the entries must not matter.
-            std::vector<ps::table_pull> pulls;
-            std::vector<ps::table_push> pushes;
-            for (const std::size_t t :
-                 {std::size_t{2}, std::size_t{0}, std::size_t{3}, std::size_t{1}}) {
-              pulls.push_back({t, keys[t], rows[t]});
-              pushes.push_back({t, keys[t], grads[t]});
-            }
-            c.pull_tables(pulls);
-            c.push_tables(pushes);
+          // Tables in a scrambled order: the order of the entries must not matter.
+          for (const std::size_t t :
+               {std::size_t{2}, std::size_t{0}, std::size_t{3}, std::size_t{1}}) {
+            pulls[step].push_back({t, keys[step][t], rows[step][t]});
+            pushes[step].push_back({t, keys[step][t], grads[step][t]});
+          }
+        }
+        if (mode == pull_mode::split) c.begin_pull_tables(pulls[0]);
+        for (std::size_t step = 0; step < n; ++step) {
+          if (mode == pull_mode::batched) {
+            c.pull_tables(pulls[step]);
+            c.push_tables(pushes[step]);
+          } else if (mode == pull_mode::split) {
+            c.finish_pull_tables(pulls[step]);
+            c.push_tables(pushes[step]);
+            if (step + 1 < n) c.begin_pull_tables(pulls[step + 1]);
           } else {
             for (std::size_t t = 0; t < specs.size(); ++t)
-              c.pull(t, keys[t], rows[t]);
+              c.pull(t, keys[step][t], rows[step][t]);
             for (std::size_t t = 0; t < specs.size(); ++t)
-              c.push(t, keys[t], grads[t]);
+              c.push(t, keys[step][t], grads[step][t]);
           }
-          for (const auto& r : rows)
+          for (const auto& r : rows[step])
             record.insert(record.end(), r.flat().begin(), r.flat().end());
         }
         // The final state of every row any worker touched.
-        std::vector<matrix<float>> rows;
         for (std::size_t t = 0; t < specs.size(); ++t) {
           std::vector<std::uint64_t> all;
           for (int ww = 0; ww < roles.workers(); ++ww)
@@ -140,27 +151,59 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("multi-table pull and push equal one call per table, bitwise", "[ps][batch]") {
+TEST_CASE("multi-table and split-phase pulls equal one call per table, bitwise", "[ps][batch]") {
+  // Split-phase under sync and bounded: each pull is begun right after the previous step's
+  // push, and the servers answer once that step is applied, so the rows are bitwise those of a
+  // blocking pull at the same point.
+  const auto all_equal = [](const std::vector<std::vector<float>>& a,
+                            const std::vector<std::vector<float>>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t w = 0; w < a.size(); ++w)
+      REQUIRE(same_bits(a[w], b[w]));
+  };
   SECTION("sync, 2 workers, 2 dedicated servers (pulls park, replies come out of order)") {
     const auto roles = ps::layout::dedicated(2, 2);
-    const auto one = run_steps<ps::sync>(roles, false, 6);
-    const auto many = run_steps<ps::sync>(roles, true, 6);
-    for (std::size_t w = 0; w < one.size(); ++w)
-      REQUIRE(same_bits(one[w], many[w]));
+    const auto one = run_steps<ps::sync>(roles, pull_mode::per_table, 6);
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::batched, 6));
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::split, 6));
   }
   SECTION("sync, 3 co-located ranks, fp16 pulls") {
     const auto roles = ps::layout::colocated(3);
     const ps::client_options copts{.fp16_pulls = true};
-    const auto one = run_steps<ps::sync>(roles, false, 5, copts);
-    const auto many = run_steps<ps::sync>(roles, true, 5, copts);
-    for (std::size_t w = 0; w < one.size(); ++w)
-      REQUIRE(same_bits(one[w], many[w]));
+    const auto one = run_steps<ps::sync>(roles, pull_mode::per_table, 5, copts);
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::batched, 5, copts));
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::split, 5, copts));
   }
   SECTION("bounded<1>, 1 worker, 3 servers") {
     const auto roles = ps::layout::dedicated(1, 3);
-    const auto one = run_steps<ps::bounded<1>>(roles, false, 5);
-    const auto many = run_steps<ps::bounded<1>>(roles, true, 5);
-    REQUIRE(same_bits(one[0], many[0]));
+    const auto one = run_steps<ps::bounded<1>>(roles, pull_mode::per_table, 5);
+    all_equal(one, run_steps<ps::bounded<1>>(roles, pull_mode::batched, 5));
+    all_equal(one, run_steps<ps::bounded<1>>(roles, pull_mode::split, 5));
+  }
+  SECTION("under sync a push while a begun pull is in flight is refused") {
+    const ps::shard_map map(ps::layout::dedicated(1, 1), specs);
+    comm::thread_world world(2, {.timeout_seconds = 30});
+    bool checked = false;
+    run_job<ps::sync>(world, map, optim::adagrad{}, [&](auto& c, int) {
+      const std::vector<std::uint64_t> keys = {1, 2};
+      matrix<float> rows(2, 4), grads(2, 4);
+      const std::vector<ps::table_pull> pulls = {{0, keys, rows}};
+      const std::vector<ps::table_push> pushes = {{0, keys, grads}};
+      c.begin_pull_tables(pulls);
+      bool refused = false;
+      try {
+        c.push_tables(pushes);
+      } catch (const error& e) {
+        refused =
+            std::string(e.what()).find("finish_pull_tables it before pushing") != std::string::npos;
+      }
+      strata_test::ensure(refused, "a push during a begun pull was not refused under sync");
+      strata_test::ensure(c.step(0) == 0, "the refused push advanced the step");
+      c.finish_pull_tables(pulls);
+      c.push_tables(pushes);
+      checked = true;  // the only worker; read after the world joined
+    });
+    CHECK(checked);
   }
 }
 

@@ -73,8 +73,9 @@ class sharded {
     client_.pull_tables(entries);
   }
   /// Split-phase `gather_tables` (`ps::client::begin_pull_tables` / `finish_pull_tables`):
-  /// the requests leave at `begin`, the rows land at `finish`; pushes may come in between.
-  /// Only under ps::async (a pull may then miss this worker's own pushes since `begin`).
+  /// the requests leave at `begin`, the rows land at `finish`. Under ps::async pushes may come
+  /// in between (the pull may then miss them); under sync and bounded a push in between is
+  /// refused, so begin the next step's pull after this step's push.
   void begin_gather_tables(std::span<const ps::table_pull> entries) {
     std::lock_guard lock(mutex_);
     client_.begin_pull_tables(entries);

@@ -31,6 +31,7 @@
 #include "strata/compress/concepts.hpp"
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
+#include "strata/compress/keyed_error_feedback.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/key_index.hpp"
 #include "strata/core/matrix.hpp"
@@ -149,7 +150,9 @@ class client {
     worker_ = map_.roles().worker_index(t.rank());
     const auto servers = static_cast<std::size_t>(map_.roles().servers());
     steps_.assign(map_.table_count(), 0);
-    residuals_.resize(map_.table_count());
+    feedback_.reserve(map_.table_count());
+    for (std::size_t t = 0; t < map_.table_count(); ++t)
+      feedback_.emplace_back(map_.spec(t).dim, codec_);
     server_keys_.resize(servers);
     server_slots_.resize(servers);
     messages_.resize(servers);
@@ -179,15 +182,14 @@ class client {
 
   /// Split-phase `pull_tables`: sends every request and returns at once; `finish_pull_tables`
   /// (called with the same entries, whose keys and `out` must stay valid until then) waits for
-  /// the replies and fills `out`. Pushes made in between do not wait for it, and the rows are
-  /// those the servers held when they answered — possibly before this worker's later pushes,
-  /// a staleness only `ps::async` allows (so the other policies refuse it). One batch in flight
-  /// at a time.
+  /// the replies and fills `out`. The requests carry this worker's step at `begin`, as
+  /// `pull_tables` would, so the servers answer once their policy allows that step. Under
+  /// ps::async pushes may come in between and do not wait (the rows may predate them: the
+  /// staleness async allows). Under ps::sync and ps::bounded a push while the pull is in flight
+  /// is refused (the rows could predate it); there, begin the next step's pull right after this
+  /// step's push and do other work (the dense allreduce) until `finish`: the rows are bitwise
+  /// those of a `pull_tables` at `begin`. One batch in flight at a time.
   void begin_pull_tables(std::span<const table_pull> pulls) {
-    static_assert(!Consistency::blocks_on_step,
-                  "ps::client::begin_pull_tables: a pull that overlaps this worker's own pushes "
-                  "may read rows older than the consistency policy allows; only ps::async takes "
-                  "it (use pull_tables)");
     begin_batch(pulls, "ps::client::begin_pull_tables");
   }
   void finish_pull_tables(std::span<const table_pull> pulls) {
@@ -214,6 +216,11 @@ class client {
   /// step. Does not wait for the servers.
   void push_tables(std::span<const table_push> pushes,
                    const char* who = "ps::client::push_tables") {
+    if constexpr (Consistency::blocks_on_step)
+      STRATA_EXPECTS(!in_flight_, who,
+                     ": a begun pull is still in flight; under ps::", Consistency::name,
+                     " finish_pull_tables it before pushing (a pull may not overlap this "
+                     "worker's own push; begin the next pull after this step's push)");
     check_batch(pushes, who, [&](const table_push& p) {
       if (p.grads.rows() != p.keys.size() || p.grads.cols() != map_.spec(p.table).dim)
         fail(errc::size_mismatch,
@@ -257,12 +264,9 @@ class client {
   /// carry residuals into a later client or a checkpoint).
   template <class Fn>
   void for_each_residual(Fn&& fn) const {
-    for (std::size_t t = 0; t < residuals_.size(); ++t) {
-      const std::size_t dim = map_.spec(t).dim;
-      const auto keys = residuals_[t].index.keys();
-      for (std::size_t slot = 0; slot < keys.size(); ++slot)
-        fn(t, keys[slot], std::span<const float>(residuals_[t].data.data() + slot * dim, dim));
-    }
+    for (std::size_t t = 0; t < feedback_.size(); ++t)
+      feedback_[t].for_each_residual(
+          [&](std::uint64_t key, std::span<const float> row) { fn(t, key, row); });
   }
   /// Sets the error-feedback residual of row `key` of table t (see for_each_residual).
   void restore_residual(std::size_t t, std::uint64_t key, std::span<const float> values) {
@@ -270,26 +274,16 @@ class client {
     const std::size_t dim = map_.spec(t).dim;
     STRATA_EXPECTS(values.size() == dim, "ps::client::restore_residual: ", values.size(),
                    " values for a row of table ", t, " with dim ", dim);
-    std::copy(values.begin(), values.end(), residual_row(t, key, dim));
+    feedback_[t].restore(key, values);
   }
 
   /// Error-feedback residual of row `key` of table t (zeros if none yet); for tests.
   [[nodiscard]] std::vector<float> residual(std::size_t t, std::uint64_t key) const {
     map_.check_table(t, "ps::client::residual");
-    const auto& store = residuals_[t];
-    const std::size_t dim = map_.spec(t).dim;
-    const std::uint64_t slot = store.index.find(key);
-    if (slot == key_index::npos) return std::vector<float>(dim, 0.0f);
-    const float* r = store.data.data() + slot * dim;
-    return {r, r + dim};
+    return feedback_[t].residual(key);
   }
 
  private:
-  struct residual_store {
-    key_index index;  // key → slot
-    std::vector<float> data;
-  };
-
   [[nodiscard]] int server_rank(std::size_t s) const {
     return map_.roles().server_rank(static_cast<int>(s));
   }
@@ -302,13 +296,6 @@ class client {
     h.dim = static_cast<std::uint32_t>(map_.spec(table).dim);
     h.policy = Consistency::code;
     return h;
-  }
-
-  float* residual_row(std::size_t table, std::uint64_t key, std::size_t dim) {
-    auto& store = residuals_[table];
-    const auto [slot, inserted] = store.index.find_or_insert(key);
-    if (inserted) store.data.resize(store.data.size() + dim, 0.0f);
-    return store.data.data() + slot * dim;
   }
 
   /// One table's push (validated by the caller): sum duplicates, partition, encode, send.
@@ -352,24 +339,12 @@ class client {
         for (std::size_t j = 0; j < n; ++j) {
           const auto g = summed.row(server_slots_[s][j]);
           std::copy(g.begin(), g.end(), staged_.begin() + static_cast<std::ptrdiff_t>(j * dim));
-          if (options_.error_feedback) {
-            const float* r = residual_row(table, skeys[j], dim);
-            for (std::size_t c = 0; c < dim; ++c)
-              staged_[j * dim + c] += r[c];
-          }
         }
-        const std::size_t written = codec_.encode(staged_, payload.subspan(n * 8));
-        if (options_.error_feedback) {
-          decoded_.resize(values);
-          codec_.decode(payload.subspan(n * 8, written), std::span<float>(decoded_));
-          for (std::size_t j = 0; j < n; ++j) {
-            float* r = residual_row(table, skeys[j], dim);
-            for (std::size_t c = 0; c < dim; ++c) {
-              const float e = staged_[j * dim + c] - decoded_[j * dim + c];
-              r[c] = (std::bit_cast<std::uint32_t>(e) & 0x7f80'0000u) != 0x7f80'0000u ? e : 0.0f;
-            }
-          }
-        }
+        // With error feedback each key's residual rides along (compress::keyed_error_feedback).
+        const std::size_t written =
+            options_.error_feedback
+                ? feedback_[table].encode_rows(skeys, staged_, payload.subspan(n * 8))
+                : codec_.encode(staged_, payload.subspan(n * 8));
         finish_message(message, n * 8 + written);
       }
       t_->send(server_rank(s), comm::tags::ps_request, message);
@@ -588,7 +563,8 @@ class client {
   PushCodec codec_;
   int worker_ = 0;
   std::vector<std::uint64_t> steps_;
-  std::vector<residual_store> residuals_;
+  /// Per table: the push residuals per key (used with client_options::error_feedback).
+  std::vector<compress::keyed_error_feedback<PushCodec>> feedback_;
   key_index seen_;  // de-duplication of the current pull
   std::vector<std::pair<std::uint64_t, std::size_t>> order_;
   std::vector<std::size_t> rank_;
@@ -602,7 +578,7 @@ class client {
   std::vector<std::vector<std::uint64_t>> server_keys_;  // push: per server
   std::vector<std::vector<std::size_t>> server_slots_;
   std::vector<std::vector<std::byte>> messages_;
-  std::vector<float> staged_, decoded_;
+  std::vector<float> staged_;
   optim::sparse_gradient summed_;
 };
 

@@ -19,7 +19,6 @@
 #include <mutex>
 #include <span>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,6 +33,7 @@
 #include "strata/core/rng.hpp"
 #include "strata/embedding/init.hpp"
 #include "strata/optim/concepts.hpp"
+#include "strata/optim/sparse_gradient.hpp"
 #include "strata/ps/consistency.hpp"
 #include "strata/ps/partition.hpp"
 #include "strata/ps/protocol.hpp"
@@ -324,6 +324,10 @@ class server {
     bool applying = false;                // sync: one step being applied
     std::map<std::uint64_t, sync_step> pending;
     std::vector<parked_pull> parked;
+    // sync: the step being applied (used by one thread at a time: `applying`)
+    std::vector<std::uint64_t> step_keys;
+    std::vector<float> step_grads;
+    optim::sparse_gradient summed;
   };
 
   std::size_t stripe_index(std::uint64_t key) const noexcept {
@@ -683,37 +687,22 @@ class server {
     release_parked(t, table, tab, lock);
   }
 
-  /// Sums one step's pushes per key in worker-rank order (first copied, the rest added), then
-  /// applies the optimizer once per key.
+  /// One sync step of a table: the workers' pushes concatenated in rank order, the rows of each
+  /// key summed in that order by `optim::sparse_gradient` (the function the local storages and
+  /// the clients use), then the optimizer once per key.
   void apply_sync_step(table_state& tab, std::size_t table, const sync_step& s) {
-    const std::size_t dim = tab.dim;
-    std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> order;  // key, w, i
-    std::size_t total = 0;
-    for (const auto& k : s.keys)
-      total += k.size();
-    order.reserve(total);
-    for (std::size_t w = 0; w < s.keys.size(); ++w)
-      for (std::size_t i = 0; i < s.keys[w].size(); ++i)
-        order.emplace_back(s.keys[w][i], static_cast<std::uint32_t>(w),
-                           static_cast<std::uint32_t>(i));
-    std::sort(order.begin(), order.end());
-    std::vector<std::uint64_t> keys;
-    std::vector<float> sums;
-    keys.reserve(order.size());
-    sums.reserve(order.size() * dim);
-    for (std::size_t j = 0; j < order.size(); ++j) {
-      const auto [key, w, i] = order[j];
-      const float* g = s.grads[w].data() + static_cast<std::size_t>(i) * dim;
-      if (j == 0 || std::get<0>(order[j - 1]) != key) {
-        keys.push_back(key);
-        sums.insert(sums.end(), g, g + dim);
-      } else {
-        float* acc = sums.data() + (keys.size() - 1) * dim;
-        for (std::size_t c = 0; c < dim; ++c)
-          acc[c] += g[c];
-      }
+    tab.step_keys.clear();
+    tab.step_grads.clear();
+    for (std::size_t w = 0; w < s.keys.size(); ++w) {
+      tab.step_keys.insert(tab.step_keys.end(), s.keys[w].begin(), s.keys[w].end());
+      tab.step_grads.insert(tab.step_grads.end(), s.grads[w].begin(), s.grads[w].end());
     }
-    apply_rows(tab, table, keys, sums);
+    tab.summed.sum_duplicates(
+        tab.step_keys,
+        matrix_view<const float>(tab.step_grads.data(), tab.step_keys.size(), tab.dim));
+    const auto sums = tab.summed.grads();
+    apply_rows(tab, table, tab.summed.keys(),
+               std::span<const float>(sums.data(), sums.rows() * sums.cols()));
   }
 
   /// Serves every parked pull that is ready now (table mutex held by `lock`).
