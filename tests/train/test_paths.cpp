@@ -2,6 +2,7 @@
 // servers_dense) and the sparse path (replicated_rows), each against a naive reference.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -73,6 +74,67 @@ TEST_CASE("allreduce_dense sums like a serial rank-order loop (bitwise when dete
       }
     }));
   }
+}
+
+namespace {
+/// An Allreduce policy that counts its calls through the pointer it was built with (so a test
+/// sees whether the path used the instance it was given) and sums with strata's ring.
+struct counting_allreduce {
+  static constexpr const char* name = "counting_allreduce";
+  std::atomic<int>* calls = nullptr;
+  template <comm::transport T>
+  void operator()(T& t, std::span<float> data) const {
+    calls->fetch_add(1);
+    comm::allreduce(t, data);
+  }
+};
+}  // namespace
+
+TEST_CASE("allreduce_dense uses the Allreduce it is given, with its options",
+          "[train][dense_path]") {
+  const std::size_t count = 1003;
+  // The ring's chunk: any chunk gives the same sums (each value's order of additions is its
+  // segment's), lossless and through fp16; a chunk that holds no float is refused up front.
+  const auto summed = [&]<class C>(C, comm::ring_allreduce ring, bool deterministic) {
+    std::vector<float> out(count);
+    comm::thread_world world(3, {.timeout_seconds = 20});
+    world.run([&](comm::thread_transport& t) {
+      train::allreduce_dense<C, optim::sgd> path(train::dense_rows(count, 64), optim::sgd{},
+                                                 deterministic, ring);
+      std::vector<float> grads(count);
+      for (std::size_t i = 0; i < count; ++i)
+        grads[i] = grad_value(t.rank(), i);
+      path.sum(t, std::span(grads));
+      if (t.rank() == 1) out = grads;
+    });
+    return out;
+  };
+  for (bool deterministic : {false, true}) {
+    const auto whole = summed(compress::identity{}, {}, deterministic);
+    CHECK(summed(compress::identity{}, {.chunk_bytes = 40}, deterministic) == whole);
+    CHECK(summed(compress::identity{}, {.chunk_bytes = 4}, deterministic) == whole);
+  }
+  const auto fp16_whole = summed(compress::fp16{}, {}, false);
+  CHECK(summed(compress::fp16{}, {.chunk_bytes = 40}, false) == fp16_whole);
+  REQUIRE_THROWS_WITH((train::allreduce_dense<compress::identity, optim::sgd>(
+                          train::dense_rows(count, 64), optim::sgd{}, false,
+                          comm::ring_allreduce{.chunk_bytes = 2})),
+                      Catch::Contains("chunk_bytes is 2"));
+  // Another Allreduce: the path calls the instance it holds, once per sum.
+  std::atomic<int> calls{0};
+  comm::thread_world world(2, {.timeout_seconds = 20});
+  world.run([&](comm::thread_transport& t) {
+    train::allreduce_dense<compress::identity, optim::sgd, counting_allreduce> path(
+        train::dense_rows(count, 64), optim::sgd{}, false, counting_allreduce{&calls});
+    std::vector<float> grads(count, 1.0f);
+    path.sum(t, std::span(grads));
+    path.sum(t, std::span(grads));
+    strata_test::ensure(grads[7] == 4.0f, "two sums over two ranks of 1: ", grads[7]);
+  });
+  CHECK(calls.load() == 4);  // 2 ranks × 2 sums
+  REQUIRE_THROWS_WITH((train::allreduce_dense<compress::identity, optim::sgd, counting_allreduce>(
+                          train::dense_rows(count, 64), optim::sgd{}, true, {&calls})),
+                      Catch::Contains("cannot give rank-ordered"));
 }
 
 TEST_CASE("allreduce_dense through fp16 stays within fp16 rounding of the float64 sum",

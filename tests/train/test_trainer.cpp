@@ -272,6 +272,34 @@ TEST_CASE("auto_strategy picks each branch from the model's sizes", "[train][str
   CHECK(std::string(choose_strategy(900u << 20, 2u << 20)) == "ps");
 }
 
+TEST_CASE("the Communicator's options reach its dense path", "[train][strategy]") {
+  const auto data = make_data(1500, 5);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  auto options = base_options(3, 6);
+  options.deterministic = false;  // strata's ring, chunk by chunk
+  using ring_trainer = allreduce_trainer<optim::adagrad>;
+  const auto plain = ring_trainer(small_dlrm(), opt, options).fit(data);
+  // Each value's additions happen in its segment's order whatever the chunk: the same model.
+  const auto chunked =
+      ring_trainer(small_dlrm(), opt, options, -1, comm::ring_allreduce{.chunk_bytes = 64})
+          .fit(data);
+  CHECK(chunked.dense_checksum == plain.dense_checksum);
+  CHECK(chunked.embedding_checksum == plain.embedding_checksum);
+  REQUIRE_THROWS_WITH(
+      ring_trainer(small_dlrm(), opt, options, -1, comm::ring_allreduce{.chunk_bytes = 2}),
+      Catch::Contains("chunk_bytes is 2"));
+  using hybrid_type = hybrid_trainer<optim::adagrad>;
+  const auto hybrid_chunked =
+      hybrid_type(small_dlrm(), opt, options, -1,
+                  train::hybrid<ps::sync>{.dense_allreduce = {.chunk_bytes = 64}})
+          .fit(data);
+  CHECK(hybrid_chunked.dense_checksum == plain.dense_checksum);
+  REQUIRE_THROWS_WITH(hybrid_type(small_dlrm(), opt, options, -1,
+                                  train::hybrid<ps::sync>{.dense_allreduce = {.chunk_bytes = 3}}),
+                      Catch::Contains("chunk_bytes is 3"));
+}
+
 TEST_CASE("bad trainer settings and data are reported", "[train]") {
   optim::sgd opt;
   auto options = base_options(0, 8);

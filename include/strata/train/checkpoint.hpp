@@ -192,6 +192,7 @@ class checkpoint_reader {
     if (stored != sum.value()) corrupt("checksum mismatch (the file is damaged)");
   }
 
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   [[nodiscard]] bool has(const std::string& name) const { return sections_.contains(name); }
   [[nodiscard]] std::span<const std::byte> bytes(const std::string& name) const {
     const auto found = sections_.find(name);

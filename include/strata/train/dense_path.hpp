@@ -36,6 +36,7 @@
 #include "strata/core/matrix.hpp"
 #include "strata/optim/concepts.hpp"
 #include "strata/ps/client.hpp"
+#include "strata/train/checkpoint.hpp"
 #include "strata/train/detail/exchange.hpp"
 
 namespace strata::train {
@@ -125,13 +126,25 @@ class allreduce_dense {
   /// The compressor keeps per-position state (a residual) that checkpoints must carry.
   static constexpr bool has_residual = !lossless && compress::positional_compressor<Compressor>;
 
-  allreduce_dense(dense_rows layout, Optimizer optimizer, bool deterministic)
+  /// `allreduce` carries the sum's options: ring_allreduce::chunk_bytes (also the message size
+  /// of the compressed ring; the rank-ordered sum of `deterministic` sends whole segments),
+  /// native_allreduce's max_elements_per_call and poll.
+  allreduce_dense(dense_rows layout, Optimizer optimizer, bool deterministic,
+                  Allreduce allreduce = {})
       : layout_(layout),
         optimizer_(optimizer),
+        allreduce_(allreduce),
         deterministic_(deterministic),
         state_(layout.rows() * Optimizer::state_floats(layout.row())),
         last_row_(layout.row()),
         last_grad_(layout.row()) {
+    if constexpr (!foreign_allreduce)
+      STRATA_EXPECTS(allreduce_.chunk_bytes >= sizeof(float),
+                     "allreduce_dense: the ring's "
+                     "chunk_bytes is ",
+                     allreduce_.chunk_bytes,
+                     "; a chunk must hold at least one "
+                     "float (4 bytes; the default is 1 MiB)");
     if constexpr (foreign_allreduce)
       STRATA_EXPECTS(!deterministic, "allreduce_dense: ", Allreduce::name,
                      " leaves the summation order to its library, so it cannot give rank-ordered "
@@ -151,13 +164,14 @@ class allreduce_dense {
     STRATA_EXPECTS(grads.size() == layout_.count(), "allreduce_dense::sum: ", grads.size(),
                    " gradients for ", layout_.count(), " dense parameters");
     if constexpr (foreign_allreduce)
-      Allreduce{}(workers, grads);
+      allreduce_(workers, grads);
     else if constexpr (!lossless)
-      compress::compressed_allreduce(workers, grads, *codec_);
+      compress::compressed_allreduce(workers, grads, *codec_, comm::reduce_op::sum,
+                                     allreduce_.chunk_bytes / sizeof(float));
     else if (deterministic_)
       detail::ordered_allreduce(workers, grads);
     else
-      comm::allreduce(workers, grads);
+      allreduce_(workers, grads);
   }
 
   /// The optimizer on `params` with the summed `grads`, row by row: rows are independent, so
@@ -181,6 +195,44 @@ class allreduce_dense {
       optimizer_.apply(std::span<float>(last_row_), state.subspan(full * sf, sf),
                        std::span<const float>(last_grad_));
       layout_.write(params, full, last_row_);
+    }
+  }
+
+  // ---- checkpoint hooks: the replica's rows with their optimizer state, and the residual ----
+
+  /// Calls add(table, r, row, state) for every row r of the replica `params` (padded) with its
+  /// optimizer state: the dense table of a checkpoint.
+  template <class Add>
+  void save_rows(std::span<const float> params, std::size_t table, Add&& add) const {
+    const std::size_t sf = Optimizer::state_floats(layout_.row());
+    std::vector<float> row(layout_.row());
+    for (std::size_t r = 0; r < layout_.rows(); ++r) {
+      layout_.read(params, r, row);
+      add(table, std::uint64_t{r}, std::span<const float>(row), state().subspan(r * sf, sf));
+    }
+  }
+  /// Row r of a checkpoint's dense table into the replica `params` and the optimizer state.
+  void load_row(std::span<float> params, std::uint64_t r, std::span<const float> row,
+                std::span<const float> row_state) {
+    const std::size_t sf = Optimizer::state_floats(layout_.row());
+    STRATA_EXPECTS(row_state.size() == sf, "allreduce_dense::load_row: ", row_state.size(),
+                   " state values, the optimizer keeps ", sf);
+    layout_.write(params, static_cast<std::size_t>(r), row);
+    std::copy(row_state.begin(), row_state.end(),
+              state_.span().begin() + static_cast<std::ptrdiff_t>(r * sf));
+  }
+  /// The compressor's residual as section `residual` (nothing when it keeps none).
+  void save_residual(checkpoint_writer& out) const {
+    if constexpr (has_residual) out.add_values<float>("residual", residual());
+  }
+  /// The residual from a worker's checkpoint file; forgotten when `saved` is null or has none
+  /// (another worker count, or a run without this compressor).
+  void load_residual(const checkpoint_reader* saved) {
+    if constexpr (has_residual) {
+      if (saved != nullptr && saved->has("residual"))
+        restore_residual(saved->values<float>("residual", layout_.count()));
+      else
+        restore_residual({});
     }
   }
 
@@ -211,6 +263,7 @@ class allreduce_dense {
  private:
   dense_rows layout_;
   Optimizer optimizer_;
+  Allreduce allreduce_;
   bool deterministic_;
   aligned_buffer<float> state_;
   std::optional<Compressor> codec_;
@@ -246,6 +299,17 @@ class servers_dense {
     layout_.read_all(grads, pushed_.view());
     storage.apply_gradients(table_, keys_, pushed_.view());
   }
+  // ---- checkpoint hooks: the servers hold the rows and their state; a worker keeps none ----
+
+  /// Row r of a checkpoint's dense table into the worker's replica `params` (the state is the
+  /// servers', loaded there).
+  void load_row(std::span<float> params, std::uint64_t r, std::span<const float> row,
+                std::span<const float> /*state*/) const {
+    layout_.write(params, static_cast<std::size_t>(r), row);
+  }
+  void save_residual(checkpoint_writer& /*out*/) const {}
+  void load_residual(const checkpoint_reader* /*saved*/) {}
+
   [[nodiscard]] const dense_rows& layout() const noexcept { return layout_; }
   [[nodiscard]] std::size_t table() const noexcept { return table_; }
 

@@ -7,9 +7,10 @@
 ///   table. `apply` sums each worker's row gradients per key, all-gathers the sums, and every
 ///   replica applies all workers' sums in rank order, so replicas stay bitwise equal.
 /// - `server_rows<Storage>` (`parameter_server`, `hybrid`): the tables live on the parameter
-///   servers; `fetch` is one pipelined multi-table pull, `apply` one multi-table push. The
-///   client is opened per training segment; error-feedback residuals of the pushes outlive it
-///   (and go into checkpoints).
+///   servers; `fetch` is one pipelined multi-table pull (or `begin_fetch` / `finish_fetch`, so
+///   the next step's pull overlaps other work), `apply` one multi-table push. The client is
+///   opened per training segment; error-feedback residuals of the pushes outlive it (and go
+///   into checkpoints).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "strata/optim/sparse_gradient.hpp"
 #include "strata/ps/client.hpp"
 #include "strata/ps/partition.hpp"
+#include "strata/train/checkpoint.hpp"
 #include "strata/train/detail/exchange.hpp"
 
 namespace strata::train {
@@ -125,6 +127,30 @@ class replicated_rows {
                                     "tables?"));
   }
 
+  // ---- checkpoint hooks: the replica's rows; no residual (row gradients travel lossless) ----
+
+  /// Calls add(t, key, row, state) for every row of tables 0 … tables−1 of the replica.
+  template <class Add>
+  void save_rows(std::size_t tables, Add&& add) const {
+    for (std::size_t t = 0; t < tables; ++t)
+      storage_.for_each_row(t, [&](std::uint64_t key, std::span<const float> row,
+                                   std::span<const float> state) { add(t, key, row, state); });
+  }
+  /// A checkpointed row (and its optimizer state) into the replica.
+  void load_row(std::size_t table, std::uint64_t key, std::span<const float> row,
+                std::span<const float> row_state) {
+    auto target = storage_.row(table, key);
+    auto target_state = storage_.state(table, key);
+    STRATA_EXPECTS(row.size() == target.size() && row_state.size() == target_state.size(),
+                   "replicated_rows::load_row: table ", table, " row of ", row.size(), " + ",
+                   row_state.size(), " state values, the replica holds ", target.size(), " + ",
+                   target_state.size());
+    std::copy(row.begin(), row.end(), target.begin());
+    std::copy(row_state.begin(), row_state.end(), target_state.begin());
+  }
+  void save_residual(checkpoint_writer& /*out*/) const {}
+  void load_residual(const checkpoint_reader* /*saved*/, const ps::shard_map* /*map*/) {}
+
   [[nodiscard]] Storage& storage() noexcept { return storage_; }
   [[nodiscard]] const Storage& storage() const noexcept { return storage_; }
 
@@ -190,12 +216,12 @@ class server_rows {
 
   /// Every entry's rows in one pipelined round trip.
   void fetch(std::span<const ps::table_pull> pulls) { storage().gather_tables(pulls); }
-  /// Under ps::async: the pull leaves now (`begin_fetch`) and its rows land at `finish_fetch`,
-  /// so the next step's pull overlaps this step's compute and push.
-  static constexpr bool can_prefetch = requires(Storage & s, std::span<const ps::table_pull> p) {
-    s.begin_gather_tables(p);
-  }
-  &&!Storage::consistency_type::blocks_on_step;
+  /// Split phase: the pull leaves at `begin_fetch` and its rows land at `finish_fetch`. Under
+  /// ps::async the next step's pull may leave before this step computes and pushes (`prefetch`:
+  /// its rows may miss this worker's push, the staleness async allows); under sync and bounded
+  /// it leaves right after this step's push (a push while it is in flight is refused) and its
+  /// rows are bitwise those of a blocking `fetch` there.
+  static constexpr bool prefetch = !Storage::consistency_type::blocks_on_step;
   void begin_fetch(std::span<const ps::table_pull> pulls) { storage().begin_gather_tables(pulls); }
   void finish_fetch(std::span<const ps::table_pull> pulls) {
     storage().finish_gather_tables(pulls);
@@ -210,6 +236,38 @@ class server_rows {
     STRATA_EXPECTS(storage_.has_value(), "server_rows: the client is not open (call open first)");
     return *storage_;
   }
+  // ---- checkpoint hooks: the rows are the servers'; a worker keeps its push residuals ----
+
+  /// The push residuals kept between segments as sections push/tables, push/keys and
+  /// push/values (nothing without error feedback).
+  void save_residual(checkpoint_writer& out) const {
+    if constexpr (error_feedback) {
+      out.add_values<std::uint64_t>("push/tables", residuals_.tables);
+      out.add_values<std::uint64_t>("push/keys", residuals_.keys);
+      out.add_values<float>("push/values", residuals_.values);
+    }
+  }
+  /// The push residuals from a worker's checkpoint file (`saved` null or without them: none),
+  /// checked against `map`'s tables; the next `open` hands them to the client.
+  void load_residual(const checkpoint_reader* saved, const ps::shard_map* map) {
+    if constexpr (error_feedback) {
+      residuals_.clear();
+      if (saved == nullptr || !saved->has("push/keys")) return;
+      STRATA_EXPECTS(map != nullptr, "server_rows::load_residual: no shard map to check against");
+      residuals_.tables = saved->values<std::uint64_t>("push/tables");
+      residuals_.keys = saved->values<std::uint64_t>("push/keys", residuals_.tables.size());
+      std::size_t floats = 0;
+      for (auto t : residuals_.tables) {
+        if (t >= map->table_count())
+          fail(errc::corrupt_data,
+               cat("checkpoint ", saved->path().string(), ": residual of table ", t,
+                   " outside the ", map->table_count(), " tables"));
+        floats += map->spec(t).dim;
+      }
+      residuals_.values = saved->values<float>("push/values", floats);
+    }
+  }
+
   /// The residuals kept between segments (empty without error feedback), for checkpoints.
   [[nodiscard]] push_residuals& residuals() noexcept { return residuals_; }
   [[nodiscard]] const push_residuals& residuals() const noexcept { return residuals_; }

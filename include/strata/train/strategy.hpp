@@ -27,11 +27,14 @@ struct parameter_server {
   static constexpr const char* name = "parameter_server";
 };
 
-/// Embeddings on parameter servers, dense parameters by allreduce among workers.
+/// Embeddings on parameter servers, dense parameters by allreduce among workers. The value
+/// carries the Allreduce's options, e.g. `hybrid<ps::sync>{.dense_allreduce = {.chunk_bytes =
+/// 256 << 10}}` (pass it as the trainer's last constructor argument).
 template <class Consistency = ps::sync, class Allreduce = comm::ring_allreduce>
 struct hybrid {
   using consistency = Consistency;
   using allreduce = Allreduce;
+  Allreduce dense_allreduce{};  ///< sums the dense gradients among the workers
   static constexpr bool embeddings_on_ps = true;
   static constexpr bool dense_on_ps = false;
   static constexpr const char* name = "hybrid";
@@ -51,6 +54,8 @@ struct communicator_traits<comm::ring_allreduce> {
   static constexpr const char* name = "allreduce";
   using consistency = ps::sync;            // allreduce training is always bulk-synchronous
   using allreduce = comm::ring_allreduce;  ///< sums the dense gradients
+  /// The allreduce that sums the dense gradients, with the communicator's options.
+  static allreduce dense_allreduce(const comm::ring_allreduce& c) { return c; }
 };
 template <class Consistency>
 struct communicator_traits<parameter_server<Consistency>> {
@@ -61,6 +66,7 @@ struct communicator_traits<parameter_server<Consistency>> {
   static constexpr const char* name = "ps";
   using consistency = Consistency;
   using allreduce = comm::ring_allreduce;  ///< unused: the servers sum the dense gradients
+  static allreduce dense_allreduce(const parameter_server<Consistency>&) { return {}; }
 };
 template <class Consistency, class Allreduce>
 struct communicator_traits<hybrid<Consistency, Allreduce>> {
@@ -73,6 +79,9 @@ struct communicator_traits<hybrid<Consistency, Allreduce>> {
   /// Sums the dense gradients among the workers: strata's ring, or another policy such as
   /// mpi::native_allreduce (the MPI library's MPI_Allreduce on a workers-only communicator).
   using allreduce = Allreduce;
+  static allreduce dense_allreduce(const hybrid<Consistency, Allreduce>& c) {
+    return c.dense_allreduce;
+  }
 };
 
 /// A type the trainer accepts as its Communicator.

@@ -65,6 +65,7 @@
 #include "strata/ps/server.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/checkpoint_dir.hpp"
+#include "strata/train/checkpoint_rows.hpp"
 #include "strata/train/dense_path.hpp"
 #include "strata/train/detail/exchange.hpp"
 #include "strata/train/evaluation.hpp"
@@ -199,10 +200,12 @@ class trainer {
                          allreduce_dense<Compressor, DenseOptimizer, typename traits::allreduce>>;
   using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
                                               replicated_rows<Storage>>;
-  /// The next step's pull overlaps this step (ps::async only).
+  /// Under every PS strategy the next step's pull is split-phase. Under ps::async it leaves
+  /// before this step computes (`prefetch`: one step stale at most); under sync and bounded
+  /// right after this step's push, and the dense allreduce runs while the servers answer.
   static constexpr bool prefetch = [] {
     if constexpr (on_ps)
-      return sparse_path_type::can_prefetch;
+      return sparse_path_type::prefetch;
     else
       return false;
   }();
@@ -214,17 +217,24 @@ class trainer {
   ///
   /// This form uses `optimizer` for the dense parameters too (DenseOptimizer must then be the
   /// Storage's optimizer).
+  ///
+  /// `communicator` carries the Communicator's options (e.g. `comm::ring_allreduce{.chunk_bytes
+  /// = 64 << 10}`, or `hybrid<C, A>{.dense_allreduce = …}`).
   trainer(typename Model::config model_config, optimizer_type optimizer, trainer_options options,
-          int local_rank = -1) requires std::is_same_v<DenseOptimizer, optimizer_type>
-      : trainer(std::move(model_config), optimizer, optimizer, std::move(options), local_rank) {}
+          int local_rank = -1,
+          Communicator communicator = {}) requires std::is_same_v<DenseOptimizer, optimizer_type>
+      : trainer(std::move(model_config), optimizer, optimizer, std::move(options), local_rank,
+                communicator) {}
 
   /// As above, with `dense_optimizer` for the dense parameters (the MLPs).
   trainer(typename Model::config model_config, optimizer_type optimizer,
-          dense_optimizer_type dense_optimizer, trainer_options options, int local_rank = -1)
+          dense_optimizer_type dense_optimizer, trainer_options options, int local_rank = -1,
+          Communicator communicator = {})
       : model_config_(std::move(model_config)),
         optimizer_(optimizer),
         dense_optimizer_(dense_optimizer),
         options_(std::move(options)),
+        communicator_(communicator),
         local_rank_(local_rank) {
     options_.check();
     if constexpr (requires { model_config_.seed; }) model_config_.seed = options_.seed;
@@ -517,7 +527,8 @@ class trainer {
     if constexpr (traits::dense_on_ps)
       return servers_dense(dense_layout_, tables_.size());
     else
-      return dense_path_type(dense_layout_, dense_optimizer_, options_.deterministic);
+      return dense_path_type(dense_layout_, dense_optimizer_, options_.deterministic,
+                             traits::dense_allreduce(communicator_));
   }
   [[nodiscard]] sparse_path_type make_sparse_path() const {
     if constexpr (on_ps)
@@ -597,14 +608,26 @@ class trainer {
       if (sampler.epoch() != s / per_epoch || s == first) sampler.set_epoch(s / per_epoch);
       train_set.gather(sampler.batch(s % per_epoch), b.batch);
     };
-    // Under ps::async the pull of step s + 1 leaves before step s computes and pushes, and its
-    // rows land at the start of step s + 1 (the overlap async allows: they may miss this
-    // worker's push of step s). Two step buffers alternate; without prefetch one serves.
+    // PS strategies pull split-phase into two alternating step buffers: the pull of step s + 1
+    // leaves before step s computes (ps::async: its rows may miss this worker's push of step s)
+    // or right after step s pushes (sync, bounded: the rows are exactly a blocking pull's, and
+    // the dense allreduce of step s runs while the servers answer); its rows land at the start
+    // of step s + 1. Without PS one buffer serves.
     step_buffers buffers(*this);
     std::optional<step_buffers> ahead;
     step_buffers* now = &buffers;
     step_buffers* next = nullptr;
-    if constexpr (prefetch) {
+    const auto begin_next = [&](std::size_t s) {
+      if constexpr (on_ps) {
+        if (s + 1 >= end) return;
+        load(s + 1, *next);
+        prepare_pulls(me, *next);
+        me.timer.mark(data_phase);
+        me.sparse.begin_fetch(next->pulls);
+        me.timer.mark(pull_phase);
+      }
+    };
+    if constexpr (on_ps) {
       next = &ahead.emplace(*this);
       me.timer.skip();
       load(first, *now);
@@ -614,22 +637,21 @@ class trainer {
     }
     for (std::size_t s = first; s < end; ++s) {
       me.timer.skip();
-      if constexpr (prefetch) {
+      if constexpr (on_ps) {
         me.sparse.finish_fetch(now->pulls);
         after_fetch(me);
         me.timer.mark(pull_phase);
-        if (s + 1 < end) {
-          load(s + 1, *next);
-          prepare_pulls(me, *next);
-          me.sparse.begin_fetch(next->pulls);
+        if constexpr (prefetch) {
+          begin_next(s);
+          train_step(me, peers, *now, global, true, [] {});
+        } else {
+          train_step(me, peers, *now, global, true, [&] { begin_next(s); });
         }
-        me.timer.mark(data_phase);
-        train_step(me, peers, *now, global, true);
         std::swap(now, next);
       } else {
         load(s, *now);
         me.timer.mark(data_phase);
-        train_step(me, peers, *now, global, false);
+        train_step(me, peers, *now, global, false, [] {});
       }
       if (w == 0 && options_.progress) {
         progress_->update(s + 1, cat("loss ", me.mean_loss(), "  sent ",
@@ -700,9 +722,12 @@ class trainer {
     if constexpr (traits::dense_on_ps) me.dense.take(me.model.parameters());
   }
 
-  /// One step: rows → forward, loss, backward → dense path → sparse path.
+  /// One step: rows → forward, loss, backward → pushes (the rows' gradients, and the dense
+  /// ones under parameter_server) → `after_push` (the next step's pull under sync PS) → the
+  /// dense sum and optimizer (allreduce, hybrid).
+  template <class AfterPush>
   void train_step(worker_state& me, comm::group<transport_type>& peers, step_buffers& b,
-                  std::size_t global, bool fetched) {
+                  std::size_t global, bool fetched, AfterPush&& after_push) {
     const std::size_t n = b.batch.size();
     if (!fetched) {
       fetch(me, b);
@@ -723,10 +748,16 @@ class trainer {
     me.timer.mark(compute_phase);
 
     const auto grads = me.model.gradients();
-    if constexpr (traits::dense_on_ps) {
-      me.dense.push(me.sparse.storage(), grads);
-      me.timer.mark(push_phase);
-    } else {
+    if constexpr (traits::dense_on_ps) me.dense.push(me.sparse.storage(), grads);
+    auto& pushes = b.pushes;
+    pushes.clear();
+    for (std::size_t t = 0; t < tables_.size(); ++t)
+      pushes.push_back({t, b.keys[t], b.row_grads[t].view()});
+    me.sparse.apply(peers, pushes);
+    me.timer.mark(on_ps ? push_phase : allreduce_phase);
+    after_push();
+
+    if constexpr (!traits::dense_on_ps) {
       if constexpr (foreign_allreduce)
         me.dense.sum(*workers_endpoint_, grads);
       else
@@ -735,13 +766,6 @@ class trainer {
       me.dense.apply(me.model.parameters(), grads);
       me.timer.mark(compute_phase);
     }
-
-    auto& pushes = b.pushes;
-    pushes.clear();
-    for (std::size_t t = 0; t < tables_.size(); ++t)
-      pushes.push_back({t, b.keys[t], b.row_grads[t].view()});
-    me.sparse.apply(peers, pushes);
-    me.timer.mark(on_ps ? push_phase : allreduce_phase);
   }
 
   eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
@@ -795,103 +819,56 @@ class trainer {
     return dense_optimizer_type::state_floats(options_.dense_row);
   }
 
-  /// Rows of every table this rank holds, plus the dense table (index tables_.size()), as
-  /// (key, row, state) records: the placement-free form every strategy can load.
-  void write_rows(const std::filesystem::path& file, bool with_embeddings, bool with_dense_replica,
-                  const server_type* server) const {
-    const std::size_t count = tables_.size() + 1;
-    std::vector<std::vector<std::uint64_t>> keys(count);
-    std::vector<std::vector<float>> values(count), states(count);
-    const auto add = [&](std::size_t t, std::uint64_t key, std::span<const float> row,
-                         std::span<const float> st) {
-      keys[t].push_back(key);
-      values[t].insert(values[t].end(), row.begin(), row.end());
-      states[t].insert(states[t].end(), st.begin(), st.end());
-    };
-    if (server != nullptr) server->for_each_row(add);
-    if constexpr (!on_ps) {
-      if (with_embeddings)
-        for (std::size_t t = 0; t < tables_.size(); ++t)
-          workers_[0]->sparse.storage().for_each_row(
-              t, [&](std::uint64_t key, std::span<const float> row, std::span<const float> st) {
-                add(t, key, row, st);
-              });
-    }
-    if constexpr (!traits::dense_on_ps) {
-      if (with_dense_replica) {  // the replica and its optimizer state (the dense path's)
-        const auto params = workers_[0]->model.parameters();
-        const auto state = workers_[0]->dense.state();
-        const std::size_t sf = dense_state_floats();
-        std::vector<float> row(dense_layout_.row());
-        for (std::size_t r = 0; r < dense_layout_.rows(); ++r) {
-          dense_layout_.read(params, r, row);
-          add(tables_.size(), r, row, state.subspan(r * sf, sf));
-        }
-      }
-    }
-    checkpoint_writer out;
-    const std::uint64_t table_count = count;
-    out.add_value("tables", table_count);
-    for (std::size_t t = 0; t < count; ++t) {
-      out.add_values<std::uint64_t>(cat("t", t, "/keys"), keys[t]);
-      out.add_values<float>(cat("t", t, "/rows"), values[t]);
-      out.add_values<float>(cat("t", t, "/state"), states[t]);
-    }
-    out.commit(file);
+  /// This run's identity, as checkpoints record it.
+  [[nodiscard]] checkpoint_meta run_meta(std::size_t step) const {
+    return {.step = step,
+            .dense_count = dense_layout_.count(),
+            .dense_row = options_.dense_row,
+            .seed = options_.seed,
+            .workers = options_.workers,
+            .optimizer = optimizer_type::name,
+            .dense_optimizer = dense_optimizer_type::name,
+            .strategy = strategy_name};
   }
+  /// A worker keeps a compressor residual (dense path) or push residuals (sparse path).
+  static constexpr bool worker_residuals =
+      !lossless && (dense_residual || (on_ps && error_feedback));
 
-  /// Every rank writes what it holds into step-N.tmp/, then rank 0 renames the directory and
-  /// points `latest` at it (barriers in between, so a checkpoint is whole or absent).
+  /// Every rank writes what it holds into step-N.tmp/ — worker 0 the run's identity and its
+  /// replicas (dense rows, and the tables under ring_allreduce), each worker its residuals,
+  /// each server its stripe of rows — then rank 0 renames the directory and points `latest` at
+  /// it (barriers in between, so a checkpoint is whole or absent).
   template <comm::transport T>
   void write_checkpoint(T& t, std::size_t step) const {
     const checkpoint_directory dir(options_.checkpoint_dir);
-    const auto temporary = dir.staging(step);
+    const auto staged = dir.staging(step);
     if (t.rank() == 0) dir.prepare(step);
     comm::barrier(t);
     if (t.rank() == rank_of_worker(0)) {
-      checkpoint_writer state;
-      const std::uint64_t at = step, dense_count = dense_layout_.count(),
-                          dense_row = options_.dense_row;
-      state.add_value("meta/step", at);
-      state.add_value("meta/dense_count", dense_count);
-      state.add_value("meta/dense_row", dense_row);
-      state.add_value("meta/seed", options_.seed);
-      state.add_value("meta/workers", options_.workers);
-      const std::string opt_name = optimizer_type::name;
-      state.add("meta/optimizer", std::as_bytes(std::span(opt_name)));
-      const std::string dense_opt_name = dense_optimizer_type::name;
-      state.add("meta/dense_optimizer", std::as_bytes(std::span(dense_opt_name)));
-      const std::string strategy = strategy_name;
-      state.add("meta/strategy", std::as_bytes(std::span(strategy)));
-      state.commit(temporary / "state.ckpt");
-      if constexpr (!traits::dense_on_ps)
-        write_rows(temporary / "rows-worker-0.ckpt", !on_ps, true, nullptr);
+      run_meta(step).write(staged / "state.ckpt");
+      if constexpr (!traits::dense_on_ps) {
+        const auto& me = *workers_[0];
+        row_records replica(tables_.size() + 1);
+        if constexpr (!on_ps) me.sparse.save_rows(tables_.size(), replica.adder());
+        me.dense.save_rows(me.model.parameters(), tables_.size(), replica.adder());
+        replica.commit(staged / "rows-worker-0.ckpt");
+      }
     }
-    if (is_worker(t.rank())) {
-      const int w = worker_index(t.rank());
-      if constexpr (!lossless &&
-                    (compress::positional_compressor<Compressor> || (on_ps && error_feedback))) {
+    if constexpr (worker_residuals) {
+      if (is_worker(t.rank())) {
+        const int w = worker_index(t.rank());
         const auto& me = *workers_[static_cast<std::size_t>(w)];
-        checkpoint_writer residual;
-        if constexpr (dense_residual) residual.add_values<float>("residual", me.dense.residual());
-        const push_residuals none;
-        const push_residuals& pushed = [&]() -> const push_residuals& {
-          if constexpr (on_ps)
-            return me.sparse.residuals();
-          else
-            return none;
-        }();
-        residual.add_values<std::uint64_t>("push/tables", pushed.tables);
-        residual.add_values<std::uint64_t>("push/keys", pushed.keys);
-        residual.add_values<float>("push/values", pushed.values);
-        residual.commit(temporary / cat("worker-", w, ".ckpt"));
+        checkpoint_writer residuals;
+        me.dense.save_residual(residuals);
+        me.sparse.save_residual(residuals);
+        residuals.commit(staged / cat("worker-", w, ".ckpt"));
       }
     }
     if constexpr (on_ps) {
       if (roles_->is_server(t.rank())) {
-        const int s = roles_->server_index(t.rank());
-        write_rows(temporary / cat("rows-server-", s, ".ckpt"), false, false,
-                   servers_.at_rank(t.rank()));
+        row_records stripe(tables_.size() + 1);
+        servers_.at_rank(t.rank())->for_each_row(stripe.adder());
+        stripe.commit(staged / cat("rows-server-", roles_->server_index(t.rank()), ".ckpt"));
       }
     }
     comm::barrier(t);
@@ -899,127 +876,62 @@ class trainer {
     comm::barrier(t);
   }
 
-  /// Loads what `rank` holds from a checkpoint written under any strategy and world size;
-  /// returns its step.
+  /// Loads what `rank` holds from a checkpoint written under any strategy and world size —
+  /// its server's rows, its worker's replicas (the dense parameters under every strategy, the
+  /// tables under ring_allreduce) and residuals — and returns the checkpoint's step.
   std::size_t load_checkpoint(int rank, const std::filesystem::path& dir) {
-    namespace fs = std::filesystem;
-    const checkpoint_reader state(dir / "state.ckpt");
-    const auto dense_count = state.value<std::uint64_t>("meta/dense_count");
-    const auto dense_row = state.value<std::uint64_t>("meta/dense_row");
-    const auto opt = state.bytes("meta/optimizer");
-    const std::string opt_name(reinterpret_cast<const char*>(opt.data()), opt.size());
-    if (dense_count != dense_layout_.count())
-      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_count,
-                                   " dense parameters but this model has ", dense_layout_.count(),
-                                   "; was it written for another model configuration?"));
-    // Checkpoints from before per-part optimizers have no meta/dense_optimizer: the tables'.
-    std::string dense_opt_name = opt_name;
-    if (state.has("meta/dense_optimizer")) {
-      const auto dense_opt = state.bytes("meta/dense_optimizer");
-      dense_opt_name.assign(reinterpret_cast<const char*>(dense_opt.data()), dense_opt.size());
-    }
-    if (opt_name != optimizer_type::name || dense_opt_name != dense_optimizer_type::name ||
-        dense_row != options_.dense_row)
-      fail(errc::corrupt_data,
-           cat("checkpoint ", dir.string(), " was written with optimizers ", opt_name,
-               " (tables) and ", dense_opt_name, " (dense) and dense_row ", dense_row,
-               "; this run uses ", optimizer_type::name, ", ", dense_optimizer_type::name, " and ",
-               options_.dense_row, ": resume with the optimizers it was written with"));
+    const auto saved = checkpoint_meta::read(dir / "state.ckpt");
+    saved.check_resumable_as(run_meta(0), dir);
     worker_state* me =
         is_worker(rank) ? workers_[static_cast<std::size_t>(worker_index(rank))].get() : nullptr;
-
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(dir))
-      if (entry.path().filename().string().rfind("rows-", 0) == 0) files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
-    if (files.empty())
-      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " has no rows-*.ckpt files"));
+    std::vector<row_shape> shapes;
+    for (const auto& table : tables_)
+      shapes.push_back({table.dim, optimizer_type::state_floats(table.dim)});
+    shapes.push_back({options_.dense_row, dense_state_floats()});
     std::size_t dense_seen = 0;
-    for (const auto& file : files) {
-      const checkpoint_reader rows(file);
-      if (rows.value<std::uint64_t>("tables") != tables_.size() + 1)
-        fail(errc::corrupt_data,
-             cat("checkpoint ", file.string(), " has ", rows.value<std::uint64_t>("tables") - 1,
-                 " embedding tables but the model has ", tables_.size()));
-      for (std::size_t t = 0; t <= tables_.size(); ++t) {
-        const bool dense = t == tables_.size();
-        const std::size_t dim = dense ? options_.dense_row : tables_[t].dim;
-        const std::size_t sf = dense ? dense_state_floats() : optimizer_type::state_floats(dim);
-        const auto keys = rows.values<std::uint64_t>(cat("t", t, "/keys"));
-        const auto values = rows.values<float>(cat("t", t, "/rows"), keys.size() * dim);
-        const auto st = rows.values<float>(cat("t", t, "/state"), keys.size() * sf);
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          const auto row = std::span<const float>(values.data() + i * dim, dim);
-          const auto row_state = std::span<const float>(st.data() + i * sf, sf);
-          const bool to_servers = dense ? traits::dense_on_ps : on_ps;
-          // This rank's server takes the rows it owns (other ranks load theirs).
-          if (to_servers) servers_.import_owned(rank, t, keys[i], row, row_state);
-          // Workers keep a replica of the dense parameters under every strategy.
-          if (me != nullptr && (dense || !to_servers)) {
-            if (dense) {
-              if (keys[i] >= dense_layout_.rows())
-                fail(errc::corrupt_data,
-                     cat("checkpoint ", file.string(), ": dense row ", keys[i],
-                         " outside the model's ", dense_layout_.rows(), " rows"));
-              dense_layout_.write(me->model.parameters(), keys[i], row);
-              if constexpr (!traits::dense_on_ps)
-                std::copy(row_state.begin(), row_state.end(),
-                          me->dense.state().begin() + static_cast<std::ptrdiff_t>(keys[i] * sf));
-              ++dense_seen;
-            } else if constexpr (!on_ps) {
-              auto& replica = me->sparse.storage();
-              auto target = replica.row(t, keys[i]);
-              std::copy(row.begin(), row.end(), target.begin());
-              auto target_state = replica.state(t, keys[i]);
-              std::copy(row_state.begin(), row_state.end(), target_state.begin());
-            }
-          }
-        }
-      }
-    }
+    read_row_records(dir, shapes,
+                     [&](std::size_t t, std::uint64_t key, std::span<const float> row,
+                         std::span<const float> state, const std::filesystem::path& file) {
+                       const bool dense = t == tables_.size();
+                       // This rank's server takes the rows it owns (other ranks load theirs).
+                       if (dense ? traits::dense_on_ps : on_ps)
+                         servers_.import_owned(rank, t, key, row, state);
+                       if (me == nullptr) return;
+                       if (dense) {  // every worker keeps a replica of the dense parameters
+                         if (key >= dense_layout_.rows())
+                           fail(errc::corrupt_data,
+                                cat("checkpoint ", file.string(), ": dense row ", key,
+                                    " outside the model's ", dense_layout_.rows(), " rows"));
+                         me->dense.load_row(me->model.parameters(), key, row, state);
+                         ++dense_seen;
+                       } else if constexpr (!on_ps) {
+                         me->sparse.load_row(t, key, row, state);
+                       }
+                     });
     if (me != nullptr && dense_seen != dense_layout_.rows())
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_seen, " of the ",
                                    dense_layout_.rows(), " dense parameter rows"));
-    if constexpr (!lossless) {
+    if constexpr (worker_residuals) {
       if (me != nullptr) {
         // Residuals belong to a worker; they carry over only when the worker count matches.
         const auto file = dir / cat("worker-", worker_index(rank), ".ckpt");
-        std::optional<checkpoint_reader> saved;
-        if (state.value<int>("meta/workers") == options_.workers && fs::exists(file))
-          saved.emplace(file);
-        if constexpr (dense_residual) {
-          if (saved && saved->has("residual"))
-            me->dense.restore_residual(saved->values<float>("residual", dense_layout_.count()));
-          else
-            me->dense.restore_residual({});
-        }
-        if constexpr (on_ps && error_feedback) {
-          auto& pushed = me->sparse.residuals();
-          pushed.clear();
-          if (saved && saved->has("push/keys")) {
-            pushed.tables = saved->values<std::uint64_t>("push/tables");
-            pushed.keys = saved->values<std::uint64_t>("push/keys", pushed.tables.size());
-            std::size_t floats = 0;
-            for (auto t : pushed.tables) {
-              if (t >= map_->table_count())
-                fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": residual of table ",
-                                             t, " outside the ", map_->table_count(), " tables"));
-              floats += map_->spec(t).dim;
-            }
-            pushed.values = saved->values<float>("push/values", floats);
-          }
-        }
+        std::optional<checkpoint_reader> residuals;
+        if (saved.workers == options_.workers && std::filesystem::exists(file))
+          residuals.emplace(file);
+        const checkpoint_reader* from = residuals ? &*residuals : nullptr;
+        me->dense.load_residual(from);
+        me->sparse.load_residual(from, map_ ? &*map_ : nullptr);
       }
     }
-    const auto step = state.value<std::uint64_t>("meta/step");
-    if (rank == 0) log_line(cat("resumed from ", dir.string(), " at step ", step));
-    return static_cast<std::size_t>(step);
+    if (rank == 0) log_line(cat("resumed from ", dir.string(), " at step ", saved.step));
+    return static_cast<std::size_t>(saved.step);
   }
 
   typename Model::config model_config_;
   optimizer_type optimizer_;
   dense_optimizer_type dense_optimizer_;
   trainer_options options_;
+  Communicator communicator_;  ///< its options (the dense path's allreduce)
   std::vector<embedding::table_spec> tables_;
   std::size_t sparse_columns_ = 0;        ///< the model's sparse_features()
   std::vector<std::size_t> key_columns_;  ///< key_columns_[t]: the model's input_column(t)

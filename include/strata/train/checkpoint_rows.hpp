@@ -1,0 +1,172 @@
+/// @file checkpoint_rows.hpp
+/// What a training checkpoint holds, in the form every strategy and world size can load:
+///
+/// - `checkpoint_meta` (`state.ckpt`): the step, the model's dense size and row length, the
+///   seed, the worker count and the optimizers' and strategy's names; `check_resumable_as`
+///   refuses a checkpoint written for another model or other optimizers with a sentence.
+/// - `row_records` (`rows-*.ckpt`): (table, key, row, optimizer state) records, table by table
+///   — whoever holds rows (a worker's replica, a parameter server's stripe) writes its own;
+///   `read_row_records` reads every such file of a checkpoint and checks each table's shape.
+///
+/// The dense parameters travel as one more table (index = the number of embedding tables) of
+/// `dense_rows`. Residuals of lossy compressors are a worker's own (`worker-W.ckpt`), written
+/// and read by the dense and sparse paths (`save_residual` / `load_residual`).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.hpp"
+#include "strata/train/checkpoint.hpp"
+
+namespace strata::train {
+
+/// The identity of a training run, written once per checkpoint (`state.ckpt`).
+struct checkpoint_meta {
+  std::uint64_t step = 0;
+  std::uint64_t dense_count = 0;  ///< dense parameters of the model
+  std::uint64_t dense_row = 0;    ///< values per dense row
+  std::uint64_t seed = 0;
+  int workers = 0;
+  std::string optimizer;        ///< the embedding tables'
+  std::string dense_optimizer;  ///< the dense parameters'
+  std::string strategy;
+
+  void write(const std::filesystem::path& file) const {
+    checkpoint_writer out;
+    out.add_value("meta/step", step);
+    out.add_value("meta/dense_count", dense_count);
+    out.add_value("meta/dense_row", dense_row);
+    out.add_value("meta/seed", seed);
+    out.add_value("meta/workers", workers);
+    out.add("meta/optimizer", std::as_bytes(std::span(optimizer)));
+    out.add("meta/dense_optimizer", std::as_bytes(std::span(dense_optimizer)));
+    out.add("meta/strategy", std::as_bytes(std::span(strategy)));
+    out.commit(file);
+  }
+
+  [[nodiscard]] static checkpoint_meta read(const std::filesystem::path& file) {
+    const checkpoint_reader in(file);
+    const auto text = [&](const std::string& name) {
+      const auto bytes = in.bytes(name);
+      return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    };
+    checkpoint_meta meta;
+    meta.step = in.value<std::uint64_t>("meta/step");
+    meta.dense_count = in.value<std::uint64_t>("meta/dense_count");
+    meta.dense_row = in.value<std::uint64_t>("meta/dense_row");
+    meta.seed = in.value<std::uint64_t>("meta/seed");
+    meta.workers = in.value<int>("meta/workers");
+    meta.optimizer = text("meta/optimizer");
+    // Checkpoints from before per-part optimizers have no meta/dense_optimizer: the tables'.
+    meta.dense_optimizer =
+        in.has("meta/dense_optimizer") ? text("meta/dense_optimizer") : meta.optimizer;
+    meta.strategy = in.has("meta/strategy") ? text("meta/strategy") : std::string();
+    return meta;
+  }
+
+  /// Refuses (errc::corrupt_data) to resume `run` from this checkpoint (in `dir`) when it was
+  /// written for another model size or with other optimizers or another dense row length.
+  /// Strategy, seed and worker count may differ: rows load under any placement.
+  void check_resumable_as(const checkpoint_meta& run, const std::filesystem::path& dir) const {
+    if (dense_count != run.dense_count)
+      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_count,
+                                   " dense parameters but this model has ", run.dense_count,
+                                   "; was it written for another model configuration?"));
+    if (optimizer != run.optimizer || dense_optimizer != run.dense_optimizer ||
+        dense_row != run.dense_row)
+      fail(errc::corrupt_data,
+           cat("checkpoint ", dir.string(), " was written with optimizers ", optimizer,
+               " (tables) and ", dense_optimizer, " (dense) and dense_row ", dense_row,
+               "; this run uses ", run.optimizer, ", ", run.dense_optimizer, " and ", run.dense_row,
+               ": resume with the optimizers it was written with"));
+  }
+};
+
+/// Rows of several tables as (key, row, state) records, collected in memory and written as one
+/// `rows-*.ckpt` file (sections `tables`, and per table `tT/keys`, `tT/rows`, `tT/state`).
+class row_records {
+ public:
+  explicit row_records(std::size_t tables) : tables_(tables) {}
+
+  void add(std::size_t table, std::uint64_t key, std::span<const float> row,
+           std::span<const float> state) {
+    STRATA_EXPECTS(table < tables_.size(), "row_records::add: table ", table, " of ",
+                   tables_.size());
+    auto& t = tables_[table];
+    t.keys.push_back(key);
+    t.rows.insert(t.rows.end(), row.begin(), row.end());
+    t.state.insert(t.state.end(), state.begin(), state.end());
+  }
+  /// `add` as a callable fn(table, key, row, state), for the row visitors that fill records.
+  [[nodiscard]] auto adder() {
+    return [this](std::size_t table, std::uint64_t key, std::span<const float> row,
+                  std::span<const float> state) { add(table, key, row, state); };
+  }
+  [[nodiscard]] std::size_t tables() const noexcept { return tables_.size(); }
+  [[nodiscard]] std::size_t rows(std::size_t table) const { return tables_.at(table).keys.size(); }
+
+  void commit(const std::filesystem::path& file) const {
+    checkpoint_writer out;
+    const std::uint64_t count = tables_.size();
+    out.add_value("tables", count);
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      out.add_values<std::uint64_t>(cat("t", t, "/keys"), tables_[t].keys);
+      out.add_values<float>(cat("t", t, "/rows"), tables_[t].rows);
+      out.add_values<float>(cat("t", t, "/state"), tables_[t].state);
+    }
+    out.commit(file);
+  }
+
+ private:
+  struct table {
+    std::vector<std::uint64_t> keys;
+    std::vector<float> rows, state;
+  };
+  std::vector<table> tables_;
+};
+
+/// The shape a table's records must have: values per row and optimizer state floats per row.
+struct row_shape {
+  std::size_t dim = 0;
+  std::size_t state_floats = 0;
+};
+
+/// Reads every `rows-*.ckpt` file of checkpoint `dir` (in name order) and calls
+/// fn(table, key, row, state, file) for each record. Each file must hold `shapes.size()` tables
+/// whose rows and states have the given shapes; otherwise errc::corrupt_data says which file
+/// and table. A checkpoint without rows files is refused too.
+template <class Fn>
+void read_row_records(const std::filesystem::path& dir, std::span<const row_shape> shapes,
+                      Fn&& fn) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().rfind("rows-", 0) == 0) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " has no rows-*.ckpt files"));
+  for (const auto& file : files) {
+    const checkpoint_reader in(file);
+    const auto tables = in.value<std::uint64_t>("tables");
+    if (tables != shapes.size())
+      fail(errc::corrupt_data,
+           cat("checkpoint ", file.string(), " has ", tables == 0 ? 0 : tables - 1,
+               " embedding tables but the model has ", shapes.size() - 1));
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const auto [dim, sf] = shapes[t];
+      const auto keys = in.values<std::uint64_t>(cat("t", t, "/keys"));
+      const auto rows = in.values<float>(cat("t", t, "/rows"), keys.size() * dim);
+      const auto state = in.values<float>(cat("t", t, "/state"), keys.size() * sf);
+      for (std::size_t i = 0; i < keys.size(); ++i)
+        fn(t, keys[i], std::span<const float>(rows.data() + i * dim, dim),
+           std::span<const float>(state.data() + i * sf, sf), file);
+    }
+  }
+}
+
+}  // namespace strata::train
