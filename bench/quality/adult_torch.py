@@ -2,8 +2,9 @@
 """PyTorch peers of bench/quality.sh, written the usual way, on the Criteo-format Adult files:
 - Wide & Deep: wide = a zero-initialised weight per categorical id (every C column, crosses
   included) + bias, trained with Adagrad lr 0.05; deep = 16-dim embeddings of the categoricals
-  (crosses excluded) and the log(1 + x) integers, standardised, into an MLP 256-128-1, trained with
-  Adam lr 1e-3 (the Wide & Deep paper: FTRL/Adagrad for wide, AdaGrad/Adam for deep).
+  (the crossed column C10 excluded) and the log(1 + x) integers, standardised, into an MLP
+  256-128-1, trained with Adam lr 1e-3 (the Wide & Deep paper: FTRL/Adagrad for wide,
+  AdaGrad/Adam for deep).
 - DLRM: bottom MLP 64-16 over the integers, 16-dim embeddings, dot interaction, top MLP 64-1,
   Adagrad lr 0.01 for everything.
 Batch 128, 2 threads, seed 0; evaluates after epochs 1 and 5. Prints one JSON list:
@@ -118,7 +119,9 @@ def main():
     mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
     x, tx = (x - mean) / std, (tx - mean) / std
     sizes = [len(v) + 1 for v in vocab]
-    crosses = {len(sizes) - 2, len(sizes) - 1}  # the last two used columns (C10, C11)
+    # The crossed column, C10 (bench/quality/adult_to_criteo.py), as an index of the used columns
+    # (C1..C17, every one used, so C10 is index 9).
+    crosses = {9}
     results = []
     torch.manual_seed(0)
     wd = WideDeep(sizes, x.shape[1], [c for c in range(len(sizes)) if c not in crosses])
