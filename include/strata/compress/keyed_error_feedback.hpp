@@ -90,8 +90,8 @@ class keyed_error_feedback {
   void restore(std::uint64_t key, std::span<const float> values) {
     STRATA_EXPECTS(values.size() == dim_, "keyed_error_feedback::restore: ", values.size(),
                    " values for a row of ", dim_);
-    std::copy(values.begin(), values.end(),
-              data_.begin() + static_cast<std::ptrdiff_t>(slot(key) * dim_));
+    const std::size_t s = slot(key);  // may grow data_: before taking an iterator into it
+    std::copy(values.begin(), values.end(), data_.begin() + static_cast<std::ptrdiff_t>(s * dim_));
   }
   /// The residual row of `key` (zeros if it has none).
   [[nodiscard]] std::vector<float> residual(std::uint64_t key) const {
