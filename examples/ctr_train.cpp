@@ -109,6 +109,9 @@ struct flags {
       "  --distinct-ids K (synthetic: ids per categorical feature, Zipf-distributed)\n"
       "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
       "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
+      "  --pull-messages                 PS pulls as messages even in one process (by default\n"
+      "                                they read the servers' rows directly when no link,\n"
+      "                                straggler or fault is emulated; same results)\n"
       "  --tiny                          small MLPs (quick runs)\n"
       "  --gpu DEVICE                    DLRM's dense part on this CUDA device (cuda::dlrm; every\n"
       "                                worker shares it; tables stay on the CPU / servers)\n"
@@ -206,6 +209,8 @@ flags parse(int argc, char** argv) {
       link_gbps = number();
     else if (a == "--link-latency-us")
       link_latency_us = number();
+    else if (a == "--pull-messages")
+      f.options.in_process_pulls = false;
     else if (a == "--tiny")
       f.tiny = true;
     else if (a == "--gpu")

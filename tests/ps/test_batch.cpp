@@ -76,8 +76,9 @@ struct step_batch {
 };
 
 /// How run_steps pulls: one call per table, one multi-table call, or split-phase — the pull
-/// of step s begun right after the push of step s − 1 and finished at step s.
-enum class pull_mode { per_table, batched, split };
+/// of step s begun right after the push of step s − 1 and finished at step s; the last two
+/// also read the servers' rows in-process (`client_options::in_process_servers`).
+enum class pull_mode { per_table, batched, split, in_process, in_process_split };
 
 /// Every worker runs `steps` steps of (pull every table, push every table) and records every
 /// pulled row; returns the records in worker order.
@@ -92,6 +93,7 @@ std::vector<std::vector<float>> run_steps(const ps::layout& roles, pull_mode mod
       [&](auto& c, int w) {
         auto& record = pulled[static_cast<std::size_t>(w)];
         const auto n = static_cast<std::size_t>(steps);
+        const bool split = mode == pull_mode::split || mode == pull_mode::in_process_split;
         std::vector<std::vector<std::vector<std::uint64_t>>> keys(n);
         std::vector<std::vector<matrix<float>>> rows(n), grads(n);
         std::vector<std::vector<ps::table_pull>> pulls(n);
@@ -111,12 +113,12 @@ std::vector<std::vector<float>> run_steps(const ps::layout& roles, pull_mode mod
             pushes[step].push_back({t, keys[step][t], grads[step][t]});
           }
         }
-        if (mode == pull_mode::split) c.begin_pull_tables(pulls[0]);
+        if (split) c.begin_pull_tables(pulls[0]);
         for (std::size_t step = 0; step < n; ++step) {
-          if (mode == pull_mode::batched) {
+          if (mode == pull_mode::batched || mode == pull_mode::in_process) {
             c.pull_tables(pulls[step]);
             c.push_tables(pushes[step]);
-          } else if (mode == pull_mode::split) {
+          } else if (split) {
             c.finish_pull_tables(pulls[step]);
             c.push_tables(pushes[step]);
             if (step + 1 < n) c.begin_pull_tables(pulls[step + 1]);
@@ -141,7 +143,7 @@ std::vector<std::vector<float>> run_steps(const ps::layout& roles, pull_mode mod
           record.insert(record.end(), r.flat().begin(), r.flat().end());
         }
       },
-      {}, copts);
+      {}, copts, {}, mode == pull_mode::in_process || mode == pull_mode::in_process_split);
   return pulled;
 }
 
@@ -166,6 +168,8 @@ TEST_CASE("multi-table and split-phase pulls equal one call per table, bitwise",
     const auto one = run_steps<ps::sync>(roles, pull_mode::per_table, 6);
     all_equal(one, run_steps<ps::sync>(roles, pull_mode::batched, 6));
     all_equal(one, run_steps<ps::sync>(roles, pull_mode::split, 6));
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::in_process, 6));
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::in_process_split, 6));
   }
   SECTION("sync, 3 co-located ranks, fp16 pulls") {
     const auto roles = ps::layout::colocated(3);
@@ -173,12 +177,21 @@ TEST_CASE("multi-table and split-phase pulls equal one call per table, bitwise",
     const auto one = run_steps<ps::sync>(roles, pull_mode::per_table, 5, copts);
     all_equal(one, run_steps<ps::sync>(roles, pull_mode::batched, 5, copts));
     all_equal(one, run_steps<ps::sync>(roles, pull_mode::split, 5, copts));
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::in_process, 5, copts));
+    all_equal(one, run_steps<ps::sync>(roles, pull_mode::in_process_split, 5, copts));
   }
   SECTION("bounded<1>, 1 worker, 3 servers") {
     const auto roles = ps::layout::dedicated(1, 3);
     const auto one = run_steps<ps::bounded<1>>(roles, pull_mode::per_table, 5);
     all_equal(one, run_steps<ps::bounded<1>>(roles, pull_mode::batched, 5));
     all_equal(one, run_steps<ps::bounded<1>>(roles, pull_mode::split, 5));
+    all_equal(one, run_steps<ps::bounded<1>>(roles, pull_mode::in_process, 5));
+    all_equal(one, run_steps<ps::bounded<1>>(roles, pull_mode::in_process_split, 5));
+  }
+  SECTION("async, 1 worker, 2 servers: in-process reads follow this worker's own pushes") {
+    const auto roles = ps::layout::dedicated(1, 2);
+    const auto one = run_steps<ps::async>(roles, pull_mode::per_table, 5);
+    all_equal(one, run_steps<ps::async>(roles, pull_mode::in_process, 5));
   }
   SECTION("under sync a push while a begun pull is in flight is refused") {
     const ps::shard_map map(ps::layout::dedicated(1, 1), specs);

@@ -10,6 +10,7 @@
 #include "ps/harness.hpp"
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/core/timer.hpp"
 #include "strata/embedding/init.hpp"
 #include "strata/embedding/local.hpp"
 #include "strata/optim/adagrad.hpp"
@@ -336,4 +337,30 @@ TEST_CASE("a shard exports and imports its rows (checkpoints)", "[ps][checkpoint
   CHECK_THROWS_AS(s0.import_row(0, 5, std::vector<float>(3), std::vector<float>(4)), error);
   CHECK_THROWS_WITH(s0.import_row(0, 100, std::vector<float>(4), std::vector<float>(4)),
                     Catch::Contains("outside its rows [0, 100)"));
+}
+
+TEST_CASE("read_rows serves in-process pulls once the step is servable, else times out",
+          "[ps][in_process]") {
+  const ps::shard_map map(ps::layout::dedicated(2, 1), {{"t", 30, 4}});
+  ps::server<optim::sgd, ps::sync> server(map, 0, optim::sgd{});
+  const std::vector<std::uint64_t> keys{3, 7, 3};
+  std::vector<float> got(keys.size() * 4, -1.0f);
+  const auto sink = [&](std::size_t i, const float* row) {
+    std::copy_n(row, 4, got.begin() + static_cast<std::ptrdiff_t>(i * 4));
+  };
+  // Step 0 needs no pushes: the initial rows.
+  server.read_rows(0, 0, 0, keys, 1.0, sink);
+  const embedding::uniform_init init{};
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    for (std::size_t c = 0; c < 4; ++c)
+      CHECK(got[i * 4 + c] == init.value(0, keys[i], c, 4));
+  CHECK(server.stats().pull_requests == 1);
+  // Step 1 under sync needs both workers' first pushes: nobody pushed, so it times out.
+  stopwatch watch;
+  CHECK_THROWS_WITH(server.read_rows(1, 0, 1, keys, 0.05, sink),
+                    Catch::Contains("not servable within 0.05 s under sync"));
+  CHECK(watch.seconds() >= 0.04);
+  CHECK_THROWS_WITH(server.read_rows(2, 0, 0, keys, 0.05, sink),
+                    Catch::Contains("worker 2 outside the 2 workers"));
+  CHECK_THROWS_AS(server.read_rows(0, 1, 0, keys, 0.05, sink), strata::error);
 }

@@ -272,6 +272,37 @@ TEST_CASE("auto_strategy picks each branch from the model's sizes", "[train][str
   CHECK(std::string(choose_strategy(900u << 20, 2u << 20)) == "ps");
 }
 
+TEST_CASE("in-process PS pulls train the same model as pull messages", "[train][in_process]") {
+  const auto data = make_data(1500, 6);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  const auto run = [&]<class Trainer>(Trainer*, bool in_process) {
+    auto options = base_options(2, 8);
+    options.in_process_pulls = in_process;
+    return Trainer(small_dlrm(), opt, options).fit(data);
+  };
+  const auto messages = run(static_cast<ps_trainer<optim::adagrad>*>(nullptr), false);
+  const auto direct = run(static_cast<ps_trainer<optim::adagrad>*>(nullptr), true);
+  CHECK(direct.dense_checksum == messages.dense_checksum);
+  CHECK(direct.embedding_checksum == messages.embedding_checksum);
+  // No pull replies cross the world: only the shutdown acknowledgements.
+  CHECK(direct.bytes_server_to_worker < messages.bytes_server_to_worker / 100);
+  const auto hybrid_messages = run(static_cast<hybrid_trainer<optim::adagrad>*>(nullptr), false);
+  const auto hybrid_direct = run(static_cast<hybrid_trainer<optim::adagrad>*>(nullptr), true);
+  CHECK(hybrid_direct.dense_checksum == hybrid_messages.dense_checksum);
+  CHECK(hybrid_direct.embedding_checksum == hybrid_messages.embedding_checksum);
+  CHECK(hybrid_direct.dense_checksum == direct.dense_checksum);  // sync strategies agree
+  // One worker under async: in-process reads follow the worker's own pushes, as messages do.
+  auto options = base_options(1, 8);
+  options.in_process_pulls = false;
+  const auto async_messages =
+      async_ps_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data);
+  options.in_process_pulls = true;
+  const auto async_direct = async_ps_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data);
+  CHECK(async_direct.dense_checksum == async_messages.dense_checksum);
+  CHECK(async_direct.embedding_checksum == async_messages.embedding_checksum);
+}
+
 TEST_CASE("the Communicator's options reach its dense path", "[train][strategy]") {
   const auto data = make_data(1500, 5);
   optim::adagrad opt;

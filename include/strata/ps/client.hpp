@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -43,12 +44,23 @@
 namespace strata::ps {
 
 /// Settings of a client.
+/// Reads rows of one server that lives in the same process (`ps::server::read_rows`):
+/// read(worker, table, step, keys, sink) calls sink(i, row) for every keys[i].
+using in_process_reader =
+    std::function<void(int, std::size_t, std::uint64_t, std::span<const std::uint64_t>,
+                       const std::function<void(std::size_t, const float*)>&)>;
+
 struct client_options {
   /// Pulled rows travel as IEEE fp16 (half the reply bytes; ~3 significant digits).
   bool fp16_pulls = false;
   /// With a lossy push codec, keep what compression dropped per (table, key) on the worker and
   /// add it to that key's next gradient (error feedback), so nothing is lost over steps.
   bool error_feedback = true;
+  /// One reader per server (by server index) when every server lives in this process: pulls
+  /// then read the servers' rows directly (no request or reply messages; pushes still travel
+  /// as messages), with the same rows as the message path (fp16_pulls rounds them the same
+  /// way). Empty: pulls are messages.
+  std::vector<in_process_reader> in_process_servers{};
 };
 
 /// A transport endpoint shared by a co-located worker and server on one rank: forwards every
@@ -149,6 +161,10 @@ class client {
     map_.roles().check_size(t.size());
     worker_ = map_.roles().worker_index(t.rank());
     const auto servers = static_cast<std::size_t>(map_.roles().servers());
+    STRATA_EXPECTS(
+        options_.in_process_servers.empty() || options_.in_process_servers.size() == servers,
+        "ps::client: ", options_.in_process_servers.size(), " in-process server readers for ",
+        servers, " servers (give one per server, or none)");
     steps_.assign(map_.table_count(), 0);
     feedback_.reserve(map_.table_count());
     for (std::size_t t = 0; t < map_.table_count(); ++t)
@@ -284,6 +300,7 @@ class client {
   }
 
  private:
+  [[nodiscard]] bool in_process() const noexcept { return !options_.in_process_servers.empty(); }
   [[nodiscard]] int server_rank(std::size_t s) const {
     return map_.roles().server_rank(static_cast<int>(s));
   }
@@ -408,6 +425,7 @@ class client {
       position_[st.table] = static_cast<std::ptrdiff_t>(p);
       deduplicate(pulls[p].keys, st);
       partition(st, servers);
+      if (in_process()) continue;  // read at finish (at once under async: see below)
       for (std::size_t s = 0; s < servers; ++s) {
         const auto& skeys = st.server_keys[s];
         if (skeys.empty()) continue;
@@ -424,9 +442,46 @@ class client {
     in_flight_ = true;
     in_flight_entries_ = pulls.size();
     in_flight_codec_ = codec;
+    // In-process under async the rows are read now, as a server serves a pull message when it
+    // arrives (after this worker's earlier pushes); under sync and bounded at finish, when the
+    // servers may be waiting for other workers' pushes.
+    in_process_read_ = in_process() && !Consistency::blocks_on_step;
+    if (in_process_read_) read_in_process(pulls.size());
+  }
+  /// Every table of the batch from the in-process servers into st.rows (unique × dim).
+  void read_in_process(std::size_t count) {
+    const compress::fp16 half;
+    for (std::size_t p = 0; p < count; ++p) {
+      pull_state& st = states_[p];
+      const std::size_t dim = st.dim;
+      st.rows.resize(st.unique.size() * dim);
+      for (std::size_t s = 0; s < st.server_keys.size(); ++s) {
+        if (st.server_keys[s].empty()) continue;
+        const auto& slots = st.server_slots[s];
+        options_.in_process_servers[s](worker_, st.table, st.step, st.server_keys[s],
+                                       [&](std::size_t j, const float* row) {
+                                         std::copy_n(row, dim, st.rows.data() + slots[j] * dim);
+                                       });
+      }
+      if (options_.fp16_pulls) {  // the rows a fp16 reply would carry
+        half_bytes_.resize(half.max_encoded_bytes(st.rows.size()));
+        const std::size_t bytes = half.encode(st.rows, half_bytes_);
+        half.decode(std::span<const std::byte>(half_bytes_.data(), bytes),
+                    std::span<float>(st.rows));
+      }
+    }
   }
   void finish_batch(std::span<const table_pull> pulls, const char* who) {
     in_flight_ = false;
+    if (in_process()) {
+      if (!in_process_read_) read_in_process(pulls.size());
+      for (std::size_t p = 0; p < pulls.size(); ++p) {
+        const pull_state& st = states_[p];
+        for (std::size_t i = 0; i < pulls[p].keys.size(); ++i)
+          std::copy_n(st.rows.data() + st.slot_of[i] * st.dim, st.dim, pulls[p].out.row(i).begin());
+      }
+      return;
+    }
     const wire_codec codec = in_flight_codec_;
     const auto servers = static_cast<std::size_t>(map_.roles().servers());
     std::optional<error> first;
@@ -572,6 +627,8 @@ class client {
   std::vector<std::ptrdiff_t> position_;  // table → its index in the pull batch (or −1)
   std::vector<std::size_t> pending_;      // per server: replies still awaited
   bool in_flight_ = false;                // a begun pull awaits finish_batch
+  bool in_process_read_ = false;          // in-process: the begun pull's rows were read at begin
+  std::vector<std::byte> half_bytes_;     // in-process fp16 rounding
   std::size_t in_flight_entries_ = 0;
   wire_codec in_flight_codec_ = wire_codec::fp32;
   std::vector<unsigned char> marks_;  // per table: seen in the batch being checked

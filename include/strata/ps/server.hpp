@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -227,6 +228,43 @@ class server {
       s.rows += rows(t);
     return s;
   }
+  /// In-process pull, without messages (a worker in the same process as this server): waits
+  /// until worker `worker`'s pull of `table` for `step` may be served — under the policy's
+  /// rule, and after this worker's own earlier pushes are applied, as the message path
+  /// serves it — then calls fn(i, row) for every keys[i] (row created on first touch) under
+  /// the stripe locks. `step` is the number of pushes the worker has made to the table.
+  /// Raises errc::timeout when the step is not servable within `timeout_seconds`.
+  template <class Fn>
+  void read_rows(int worker, std::size_t table, std::uint64_t step,
+                 std::span<const std::uint64_t> keys, double timeout_seconds, Fn&& fn) {
+    map_.check_table(table, "ps::server::read_rows");
+    STRATA_EXPECTS(worker >= 0 && worker < map_.roles().workers(), "ps::server::read_rows: worker ",
+                   worker, " outside the ", map_.roles().workers(), " workers");
+    table_state& tab = *tables_[table];
+    const auto servable = [&] {
+      if constexpr (Consistency::aggregates_step)
+        return tab.applied_steps >= step;
+      else
+        return tab.applied[static_cast<std::size_t>(worker)] >= step && ready(tab, step);
+    };
+    {
+      std::unique_lock lock(tab.mutex);
+      if (!servable()) {
+        deferred_pulls_.fetch_add(1, std::memory_order_relaxed);
+        if (!tab.applied_cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                                     servable))
+          fail(errc::timeout,
+               cat("ps::server::read_rows: worker ", worker, "'s pull of table ", table,
+                   " for step ", step, " was not servable within ", timeout_seconds, " s under ",
+                   Consistency::name, " (did a worker stop pushing?)"));
+      }
+      note_staleness(tab, step);
+    }
+    for_each_key_row(tab, table, keys, [&](std::size_t i, const float* row) { fn(i, row); });
+    pull_requests_.fetch_add(1, std::memory_order_relaxed);
+    keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
+  }
+
   /// Largest observed staleness (see `shard_stats::max_staleness`); ≤ Consistency's bound.
   [[nodiscard]] std::uint64_t observed_staleness() const noexcept { return max_staleness_.load(); }
 
@@ -321,6 +359,7 @@ class server {
     std::vector<std::uint64_t> received;  // requests seen per worker: pushes (= its step)
     std::vector<std::uint64_t> applied;   // pushes applied per worker (async / bounded)
     std::uint64_t applied_steps = 0;      // sync: steps applied
+    std::condition_variable applied_cv;   // notified whenever pushes were applied
     bool applying = false;                // sync: one step being applied
     std::map<std::uint64_t, sync_step> pending;
     std::vector<parked_pull> parked;
@@ -637,6 +676,7 @@ class server {
       apply_rows(tab, h.table, keys, grads);
       std::unique_lock lock(tab.mutex);
       ++tab.applied[w];
+      tab.applied_cv.notify_all();
       release_parked(t, h.table, tab, lock);
     }
   }
@@ -683,6 +723,7 @@ class server {
       lock.lock();
       tab.applying = false;
       ++tab.applied_steps;
+      tab.applied_cv.notify_all();
     }
     release_parked(t, table, tab, lock);
   }

@@ -40,6 +40,12 @@ struct trainer_options {
   int fail_rank = -1;                        ///< fault rehearsal (threads): this rank fails ...
   std::uint64_t fail_on_send = 0;  ///< ... on its n-th send, and the whole run stops with the error
   bool fp16_pulls = false;         ///< PS pulls travel as fp16
+  /// PS pulls read the servers' rows in-process when every rank is a thread of this process
+  /// and nothing is rehearsed on the messages (no emulated link, straggler or injected fault):
+  /// no request/reply messages, pushes stay messages, the same rows (results unchanged), but
+  /// pull bytes no longer show in the traffic columns. Off: pulls cross thread_world as
+  /// messages, as they would cross a network.
+  bool in_process_pulls = true;
   /// Uniform init half-width of every embedding row; 0 = DLRM's rule, ±sqrt(1/rows) per table
   /// (±0.01 for tables without a row bound).
   float embedding_init_scale = 0.0f;

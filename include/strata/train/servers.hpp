@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,6 +20,7 @@
 #include "strata/comm/concepts.hpp"
 #include "strata/comm/thread_world.hpp"
 #include "strata/core/error.hpp"
+#include "strata/ps/client.hpp"
 #include "strata/ps/partition.hpp"
 #include "strata/ps/server.hpp"
 #include "strata/train/launch.hpp"
@@ -48,6 +50,24 @@ class hosted_servers {
   }
 
   /// The server of rank `rank`, or nullptr (not a server rank, or not in this process).
+  /// One `ps::in_process_reader` per server when every server lives in this process (else
+  /// none): the client's pulls then read their rows directly (`ps::server::read_rows`, which
+  /// waits at most `timeout_seconds` for the step to become servable).
+  [[nodiscard]] std::vector<ps::in_process_reader> readers(double timeout_seconds) const {
+    std::vector<ps::in_process_reader> out;
+    for (const auto& server : servers_)
+      if (!server) return {};
+    for (const auto& server : servers_) {
+      Server* at = server.get();
+      out.emplace_back(
+          [at, timeout_seconds](int worker, std::size_t table, std::uint64_t step,
+                                std::span<const std::uint64_t> keys,
+                                const std::function<void(std::size_t, const float*)>& sink) {
+            at->read_rows(worker, table, step, keys, timeout_seconds, sink);
+          });
+    }
+    return out;
+  }
   [[nodiscard]] Server* at_rank(int rank) const {
     if (!map_ || !map_->roles().is_server(rank)) return nullptr;
     return servers_[static_cast<std::size_t>(map_->roles().server_index(rank))].get();

@@ -435,6 +435,10 @@ class trainer {
                 outcome& result) {
     const std::size_t total = total_steps(train_set);
     std::size_t step = options_.resume ? load_checkpoint(t.rank(), latest_checkpoint()) : 0;
+    // Every server holds its checkpointed rows before any worker pulls (in-process pulls read
+    // the servers' rows directly, without waiting for a server to answer).
+    if constexpr (on_ps)
+      if (options_.resume) comm::barrier(t);
     const bool hosts_worker0 = t.rank() == rank_of_worker(0);
     if (hosts_worker0) {
       result.first_step = step;
@@ -597,6 +601,11 @@ class trainer {
     if constexpr (on_ps) {
       ps::client_options co;
       co.fp16_pulls = options_.fp16_pulls;
+      // In-process pulls when nothing is rehearsed on the messages: no emulated link, no
+      // straggler, no injected fault (they act on sends).
+      if (options_.in_process_pulls && local_rank_ < 0 && !options_.link.emulated() &&
+          options_.send_delay_seconds.empty() && options_.fail_rank < 0)
+        co.in_process_servers = servers_.readers(options_.timeout_seconds);
       me.sparse.open(t, *map_, co);
     }
 
