@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -115,10 +116,12 @@ std::pair<double, double> run_local(std::size_t dim, int rounds,
 /// sync), `tables` tables of `dim`, a batch of `step_batch` keys per table; one round = pull
 /// every table, then push a gradient for every table. `batched` uses the multi-table calls
 /// (one pipelined request per table and server before any reply is awaited), otherwise one
-/// pull / push per table. Returns {pull rounds/s, step (pull + push) rounds/s}.
+/// pull / push per table; `in_process` (with `batched`) reads the server's rows directly
+/// (client_options::in_process_servers, what the trainer does in one process). Returns
+/// {pull rounds/s, step (pull + push) rounds/s}.
 constexpr std::size_t step_tables = 26, step_batch = 128;
 
-std::pair<double, double> run_step(std::size_t dim, int rounds, bool batched,
+std::pair<double, double> run_step(std::size_t dim, int rounds, bool batched, bool in_process,
                                    const std::vector<std::vector<std::uint64_t>>& keys) {
   std::vector<embedding::table_spec> specs;
   for (std::size_t t = 0; t < step_tables; ++t)
@@ -137,7 +140,15 @@ std::pair<double, double> run_step(std::size_t dim, int rounds, bool batched,
       }
     });
     {
-      ps::client<ps::sync> c(t, map);
+      ps::client_options copts;
+      if (in_process)
+        copts.in_process_servers.emplace_back(
+            [&server](int worker, std::size_t table, std::uint64_t step,
+                      std::span<const std::uint64_t> k,
+                      const std::function<void(std::size_t, const float*)>& sink) {
+              server.read_rows(worker, table, step, k, 120.0, sink);
+            });
+      ps::client<ps::sync> c(t, map, copts);
       std::vector<matrix<float>> rows;
       for (std::size_t i = 0; i < step_tables; ++i)
         rows.emplace_back(step_batch, dim);
@@ -254,15 +265,18 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < step_tables; ++i)
       keys.push_back(zipf_keys(step_batch, 100 + i));
     const auto [local_pull, local_step] = run_step_local(dim, step_rounds, keys);
-    for (const bool batched : {false, true}) {
+    for (const auto [batched, in_process] :
+         {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
       double pull = 0, step = 0;
       for (int rep = 0; rep < 3; ++rep) {  // best of 3
-        const auto [p, q] = run_step(dim, step_rounds, batched, keys);
+        const auto [p, q] = run_step(dim, step_rounds, batched, in_process, keys);
         pull = std::max(pull, p);
         step = std::max(step, q);
       }
-      const auto name =
-          cat(batched ? "batched" : "per_table", "_T", step_tables, "_b", step_batch, "_dim", dim);
+      const auto name = cat(in_process ? "in_process"
+                            : batched  ? "batched"
+                                       : "per_table",
+                            "_T", step_tables, "_b", step_batch, "_dim", dim);
       results.push_back(
           {cat("ps_step_pull_", name), pull, "rounds/s", local_pull, pull / local_pull});
       results.push_back({cat("ps_step_", name), step, "rounds/s", local_step, step / local_step});
