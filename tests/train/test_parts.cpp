@@ -23,6 +23,7 @@
 #include "strata/optim/adam.hpp"
 #include "strata/optim/ftrl.hpp"
 #include "strata/optim/sgd.hpp"
+#include "strata/optim/table_groups.hpp"
 #include "strata/train/trainer.hpp"
 #include "support/catch_error.hpp"
 #include "support/ctr_fixtures.hpp"
@@ -316,6 +317,41 @@ TEST_CASE("Wide & Deep learns at least as well as the exact logistic regression 
   const double auc = report.evals.back().auc;
   INFO("Wide & Deep held-out AUC " << auc);
   CHECK(auc >= reference - 0.005);
+}
+
+TEST_CASE("Wide & Deep with FTRL on its wide tables and Adagrad on its deep ones",
+          "[train][wide_deep][optimizers]") {
+  using groups = optim::table_groups<optim::ftrl, optim::adagrad>;
+  const auto data = make_data(2000, 27);
+  const models::wide_deep probe(small_wide_deep());
+  groups tables_opt;
+  tables_opt.second.lr = 0.05f;
+  for (std::size_t t = 0; t < probe.tables().size(); ++t)
+    tables_opt.in_first.push_back(probe.zero_initialised(t));  // the wide tables
+  optim::adam mlp_opt;
+  mlp_opt.lr = 0.003f;
+  const auto options = base_options(2, 16);
+  allreduce_trainer<models::wide_deep, groups, optim::adam> a(small_wide_deep(), tables_opt,
+                                                              mlp_opt, options);
+  ps_trainer<models::wide_deep, groups, optim::adam> p(small_wide_deep(), tables_opt, mlp_opt,
+                                                       options);
+  const auto ra = a.fit(data);
+  const auto rp = p.fit(data);
+  CHECK(ra.dense_checksum == rp.dense_checksum);
+  CHECK(ra.embedding_checksum == rp.embedding_checksum);
+  // With no table in the first group it trains exactly as Adagrad alone; with the wide tables
+  // there, differently.
+  auto none_first = tables_opt;
+  none_first.in_first.assign(none_first.in_first.size(), false);
+  allreduce_trainer<models::wide_deep, groups, optim::adam> g0(small_wide_deep(), none_first,
+                                                               mlp_opt, options);
+  allreduce_trainer<models::wide_deep, optim::adagrad, optim::adam> plain(
+      small_wide_deep(), tables_opt.second, mlp_opt, options);
+  const auto r0 = g0.fit(data);
+  const auto rplain = plain.fit(data);
+  CHECK(r0.dense_checksum == rplain.dense_checksum);
+  CHECK(r0.embedding_checksum == rplain.embedding_checksum);
+  CHECK(ra.embedding_checksum != rplain.embedding_checksum);
 }
 
 TEST_CASE("Wide & Deep's deep MLP keeps its random initialisation after a step",

@@ -10,16 +10,11 @@
 #include <string>
 
 #include "strata/core/matrix.hpp"
+#include "strata/core/table_spec.hpp"
 
 namespace strata::embedding {
 
-/// Shape of one embedding table. `rows == 0` means no fixed vocabulary (hash-table storage:
-/// any 64-bit key, rows created on first touch).
-struct table_spec {
-  std::string name;
-  std::uint64_t rows = 0;
-  std::size_t dim = 0;
-};
+using strata::table_spec;  ///< the shape of one table (core/table_spec.hpp)
 
 /// Embedding storage holding `table_count()` tables.
 ///

@@ -47,7 +47,7 @@ namespace strata::embedding {
 /// pooled lookup's d_out directly (no per-key rows), as `local`'s does. Thread-safety: as `local` —
 /// calls on different tables may run concurrently, calls on one table must be serialised (gather
 /// inserts rows).
-template <optim::sparse_optimizer Optimizer>
+template <optim::table_optimizer Optimizer>
 class hash_table {
  public:
   using optimizer_type = Optimizer;
@@ -199,10 +199,12 @@ class hash_table {
     resolve(t, tab, tab.groups.keys());
     const float* src = rows.data();
     const std::size_t stride = rows.stride();
-    optim::apply_grouped(
-        optimizer_, tab.groups, tab.spec.dim,
-        [src, stride](std::uint32_t m) { return src + m * stride; },
-        [&tab](std::size_t g) { return ref_of(tab, tab.found[g]); });
+    optim::with_table(optimizer_, t, [&](const auto& opt) {
+      optim::apply_grouped(
+          opt, tab.groups, tab.spec.dim,
+          [src, stride](std::uint32_t m) { return src + m * stride; },
+          [&tab](std::size_t g) { return ref_of(tab, tab.found[g]); });
+    });
   }
 
   /// tab.found[i] ← row of keys[i], creating and initialising rows of unseen keys.

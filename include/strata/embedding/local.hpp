@@ -46,7 +46,7 @@ namespace strata::embedding {
 /// tables.apply_gradients(0, keys, grads);   // grads: keys.size() × 16
 /// tables.apply_pooled_gradients(0, keys, offsets, pooling::sum, d_out);  // d_out: bags × 16
 /// ```
-template <optim::sparse_optimizer Optimizer>
+template <optim::table_optimizer Optimizer>
 class local {
  public:
   using optimizer_type = Optimizer;
@@ -208,10 +208,12 @@ class local {
       group(tab.groups, optim::key_share{});
       if (tab.groups.max_key() >= tab.spec.rows)  // nothing changed yet: name the bad key
         detail::check_keys(who, t, tab.spec, keys);
-      optim::apply_grouped(
-          optimizer_, tab.groups, dim, row_of,
-          [&tab](std::size_t g) { return row_ref_of(tab, tab.groups.key(g)); },
-          optim::parallelism::serial);
+      optim::with_table(optimizer_, t, [&](const auto& opt) {
+        optim::apply_grouped(
+            opt, tab.groups, dim, row_of,
+            [&tab](std::size_t g) { return row_ref_of(tab, tab.groups.key(g)); },
+            optim::parallelism::serial);
+      });
       return;
     }
     if (tab.shares.size() < shares) tab.shares.resize(shares);
@@ -228,11 +230,13 @@ class local {
       group(groups, optim::key_share{p, shares});
     });
     if (tab.shares[0].max_key() >= tab.spec.rows) detail::check_keys(who, t, tab.spec, keys);
-    each_share([&](std::size_t, optim::key_groups& groups) {
-      optim::apply_grouped(
-          optimizer_, groups, dim, row_of,
-          [&tab, &groups](std::size_t g) { return row_ref_of(tab, groups.key(g)); },
-          optim::parallelism::serial);
+    optim::with_table(optimizer_, t, [&](const auto& opt) {
+      each_share([&](std::size_t, optim::key_groups& groups) {
+        optim::apply_grouped(
+            opt, groups, dim, row_of,
+            [&tab, &groups](std::size_t g) { return row_ref_of(tab, groups.key(g)); },
+            optim::parallelism::serial);
+      });
     });
   }
 

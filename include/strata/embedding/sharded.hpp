@@ -35,7 +35,7 @@ namespace strata::embedding {
 ///   it.
 /// Thread-safety: calls are serialised by an internal mutex (the client is single-threaded).
 /// Cost: see `ps::client`.
-template <optim::sparse_optimizer Optimizer, ps::consistency Consistency = ps::sync,
+template <optim::table_optimizer Optimizer, ps::consistency Consistency = ps::sync,
           comm::transport Transport = comm::thread_transport,
           compress::compressor PushCodec = compress::identity>
 class sharded {

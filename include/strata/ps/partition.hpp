@@ -12,7 +12,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/rng.hpp"
-#include "strata/embedding/concepts.hpp"
+#include "strata/core/table_spec.hpp"
 #include "strata/ps/layout.hpp"
 
 namespace strata::ps {
@@ -44,7 +44,7 @@ __extension__ typedef unsigned __int128 uint128;  // NOLINT: GCC/Clang extension
 /// and how keys map to servers. Value type; const members are thread-safe.
 class shard_map {
  public:
-  shard_map(ps::layout roles, std::vector<embedding::table_spec> tables,
+  shard_map(ps::layout roles, std::vector<table_spec> tables,
             partition_kind kind = partition_kind::hash)
       : layout_(roles), tables_(std::move(tables)), kind_(kind) {
     STRATA_EXPECTS(!tables_.empty(), "ps::shard_map: needs at least one table");
@@ -57,8 +57,8 @@ class shard_map {
   [[nodiscard]] const ps::layout& roles() const noexcept { return layout_; }
   [[nodiscard]] partition_kind partition() const noexcept { return kind_; }
   [[nodiscard]] std::size_t table_count() const noexcept { return tables_.size(); }
-  [[nodiscard]] std::span<const embedding::table_spec> tables() const noexcept { return tables_; }
-  [[nodiscard]] const embedding::table_spec& spec(std::size_t table) const {
+  [[nodiscard]] std::span<const table_spec> tables() const noexcept { return tables_; }
+  [[nodiscard]] const table_spec& spec(std::size_t table) const {
     check_table(table, "ps::shard_map::spec");
     return tables_[table];
   }
@@ -90,7 +90,7 @@ class shard_map {
 
  private:
   ps::layout layout_;
-  std::vector<embedding::table_spec> tables_;
+  std::vector<table_spec> tables_;
   partition_kind kind_;
 };
 

@@ -32,7 +32,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/key_index.hpp"
 #include "strata/core/rng.hpp"
-#include "strata/embedding/init.hpp"
+#include "strata/core/row_init.hpp"
 #include "strata/optim/concepts.hpp"
 #include "strata/optim/sparse_gradient.hpp"
 #include "strata/ps/consistency.hpp"
@@ -45,8 +45,8 @@ namespace strata::ps {
 struct server_options {
   int threads =
       1;  ///< threads of the server's tbb::task_arena (its own threads, exactly this many)
-  embedding::uniform_init init{};  ///< initial row values (must match every other storage)
-  std::size_t stripes = 64;        ///< lock stripes per table (a power of two)
+  uniform_init init{};       ///< initial row values (must match every other storage)
+  std::size_t stripes = 64;  ///< lock stripes per table (a power of two)
 };
 
 /// Load counters of one shard (a snapshot), so a hot shard is visible.
@@ -92,9 +92,9 @@ struct shard_stats {
 /// `import_row` may be called concurrently with it (they take the stripe locks).
 /// Costs: a pull or push is O(keys · dim) plus one flat-index probe per key and one lock per
 /// stripe touched (keys grouped by stripe); sync adds a sort of the step's keys.
-template <optim::sparse_optimizer Optimizer, consistency Consistency,
+template <optim::table_optimizer Optimizer, consistency Consistency,
           compress::compressor PushCodec = compress::identity,
-          optim::sparse_optimizer DenseOptimizer = Optimizer>
+          optim::sparse_optimizer DenseOptimizer = optim::default_dense_t<Optimizer>>
 class server {
  public:
   using optimizer_type = Optimizer;
@@ -694,9 +694,11 @@ class server {
       });
       return;
     }
-    for_each_key_row(tab, table, keys, [&](std::size_t i, float* row) {
-      optimizer_.apply(std::span<float>(row, dim), std::span<float>(row + dim, tab.state_floats),
-                       grads.subspan(i * dim, dim));
+    optim::with_table(optimizer_, table, [&](const auto& opt) {
+      for_each_key_row(tab, table, keys, [&](std::size_t i, float* row) {
+        opt.apply(std::span<float>(row, dim), std::span<float>(row + dim, tab.state_floats),
+                  grads.subspan(i * dim, dim));
+      });
     });
   }
 

@@ -151,7 +151,8 @@ inline std::uint64_t values_checksum(std::span<const float> values) {
 template <models::ctr_model Model, class Storage, communicator Communicator,
           compress::compressor Compressor = compress::identity,
           comm::transport Transport = comm::thread_transport,
-          optim::sparse_optimizer DenseOptimizer = typename Storage::optimizer_type>
+          optim::sparse_optimizer DenseOptimizer =
+              optim::default_dense_t<typename Storage::optimizer_type>>
 class trainer {
   using traits = communicator_traits<Communicator>;
   static constexpr bool on_ps = detail::sharded_storage<Storage>;
@@ -161,8 +162,12 @@ class trainer {
   static_assert(!(!traits::embeddings_on_ps && on_ps),
                 "ring_allreduce replicates the embedding tables on every worker: it needs local "
                 "storage (embedding::local or embedding::hash_table), not embedding::sharded");
-  static_assert(optim::sparse_optimizer<typename Storage::optimizer_type>,
-                "the Storage's optimizer_type must model optim::sparse_optimizer");
+  static_assert(!std::is_same_v<DenseOptimizer, optim::no_dense_optimizer>,
+                "a per-table optimizer (optim::table_groups) cannot update the dense parameters: "
+                "name the trainer's DenseOptimizer (its sixth parameter), e.g. optim::adam");
+  static_assert(optim::table_optimizer<typename Storage::optimizer_type>,
+                "the Storage's optimizer_type must model optim::sparse_optimizer (or "
+                "optim::per_table_optimizer, e.g. optim::table_groups)");
   static_assert(!(traits::dense_on_ps && !on_ps), "internal: dense on PS needs PS storage");
   static_assert(!on_ps || std::is_same_v<typename detail::storage_consistency<Storage>::type,
                                          typename traits::consistency>,

@@ -1,0 +1,18 @@
+# Fails when a header of DIR (passed with -D) includes a strata/embedding/ header.
+file(GLOB headers "${DIR}/*.hpp")
+list(LENGTH headers count)
+if(count EQUAL 0)
+  message(FATAL_ERROR "no headers in ${DIR}")
+endif()
+set(offenders "")
+foreach(header IN LISTS headers)
+  file(STRINGS "${header}" lines REGEX "#include \"strata/embedding/")
+  if(lines)
+    list(APPEND offenders "${header}: ${lines}")
+  endif()
+endforeach()
+if(offenders)
+  message(FATAL_ERROR "ps/ headers must not include embedding/ headers (ps sits below "
+                      "embedding; shared types live in core/):\n${offenders}")
+endif()
+message(STATUS "${count} headers in ${DIR}, none includes an embedding/ header")
