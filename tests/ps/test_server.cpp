@@ -364,3 +364,21 @@ TEST_CASE("read_rows serves in-process pulls once the step is servable, else tim
                     Catch::Contains("worker 2 outside the 2 workers"));
   CHECK_THROWS_AS(server.read_rows(0, 1, 0, keys, 0.05, sink), strata::error);
 }
+
+TEST_CASE("a client refuses in-process readers that do not match the servers", "[ps][in_process]") {
+  const ps::shard_map map(ps::layout::dedicated(1, 2), {{"t", 30, 4}});
+  comm::thread_world world(3, {.timeout_seconds = 20});
+  bool refused = false;
+  world.run([&](comm::thread_transport& t) {
+    if (t.rank() != map.roles().worker_rank(0)) return;
+    ps::client_options copts;
+    copts.in_process_servers.resize(1);  // one reader for two servers
+    try {
+      ps::client<ps::sync> c(t, map, copts);
+    } catch (const error& e) {
+      refused = std::string(e.what()).find("1 in-process server readers for 2 servers") !=
+                std::string::npos;
+    }
+  });
+  CHECK(refused);
+}
