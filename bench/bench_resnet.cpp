@@ -1,12 +1,16 @@
 /// @file bench_resnet.cpp
 /// Training throughput of models::resnet (ResNet-20: n = 3, widths 16/32/64, 1 × 28 × 28
 /// inputs, 10 classes, batch 128): forward + softmax cross-entropy + backward + SGD-momentum
-/// step, in images/s. Baseline: the same network in PyTorch (bench/peers/resnet_torch.py,
-/// NCHW and channels-last, best of 1 and 2 threads), timed in the same run. Verifies first
-/// that SGD steps on one fixed batch lower the loss.
+/// step, in images/s. Baselines timed in the same run: the same network in PyTorch
+/// (bench/peers/resnet_torch.py, NCHW and channels-last, 1 and 2 threads) under Debian's torch
+/// 1.13 (--python, default /usr/bin/python3) and PyPI's torch 2.14 (--python2, default
+/// <repo>/build/peers-venv/bin/peer-python from bench/peers/venv.sh; skipped when absent) —
+/// the best of all is the baseline — and strata's own im2col + Eigen convolution engine (when
+/// the build has oneDNN, whose convolutions are the default). Verifies first that SGD steps
+/// on one fixed batch lower the loss.
 ///
 ///   bench_resnet [--quick] [--json PATH] [--peer PATH/resnet_torch.py] [--python /usr/bin/python3]
-///                [--batch 128] [--depth-n 3]
+///                [--python2 PATH] [--batch 128] [--depth-n 3]
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in Eigen
 
 #include <tbb/global_control.h>
@@ -16,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,8 +41,9 @@ struct trainer {
   std::vector<float> images, logits, dlogits, velocity;
   std::vector<std::uint8_t> labels;
 
-  trainer(std::size_t n, std::size_t b)
+  trainer(std::size_t n, std::size_t b, nn::conv_engine engine = nn::default_conv_engine)
       : net(models::resnet::config{.blocks_per_stage = n}), batch(b) {
+    net.set_conv_engine(engine);
     const counter_rng rng{3, b};
     images.resize(b * net.input_size());
     for (std::size_t i = 0; i < images.size(); ++i)
@@ -66,14 +72,14 @@ struct trainer {
   }
 };
 
-/// PyTorch's images/s per threads (best over NCHW and channels-last), or empty.
-std::map<int, double> run_peer(const bench::options& o, std::size_t batch, std::size_t n) {
+/// PyTorch's images/s per threads (best over NCHW and channels-last) under `python`, or empty.
+std::map<int, double> run_peer(const bench::options& o, const std::string& python,
+                               const std::string& label, std::size_t batch, std::size_t n) {
   std::string script = o.get("--peer", "");
   if (script.empty()) {
     std::string here = __FILE__;
     script = here.substr(0, here.find_last_of('/') + 1) + "peers/resnet_torch.py";
   }
-  const std::string python = o.get("--python", "/usr/bin/python3");
   std::map<int, double> out;
   for (const char* layout : {"", " --channels-last"}) {
     const std::string command = python + " " + script + " --batch " + std::to_string(batch) +
@@ -89,8 +95,8 @@ std::map<int, double> run_peer(const bench::options& o, std::size_t batch, std::
       const char* r = std::strstr(line, "\"images_per_s\": ");
       if (q && r && std::sscanf(q, "\"threads\": %d", &t) == 1 &&
           std::sscanf(r, "\"images_per_s\": %lf", &ips) == 1) {
-        std::printf("torch %s threads %d: %.1f images/s\n", *layout ? "channels_last" : "NCHW", t,
-                    ips);
+        std::printf("%s %s threads %d: %.1f images/s\n", label.c_str(),
+                    *layout ? "channels_last" : "NCHW", t, ips);
         out[t] = std::max(out[t], ips);
       } else {
         std::fprintf(stderr, "peer: %s", line);
@@ -105,7 +111,7 @@ std::map<int, double> run_peer(const bench::options& o, std::size_t batch, std::
 
 int main(int argc, char** argv) {
   try {
-    const auto o = bench::options::parse(argc, argv, {}, {"--peer", "--python"});
+    const auto o = bench::options::parse(argc, argv, {}, {"--peer", "--python", "--python2"});
     const std::size_t batch = std::stoul(o.get("--batch", "128"));
     const std::size_t n = std::stoul(o.get("--depth-n", "3"));
     const int threads = tbb::this_task_arena::max_concurrency();
@@ -127,44 +133,74 @@ int main(int argc, char** argv) {
     // Strata is timed before and after the peer (best of both) so that a load change on the
     // shared machine during the peer's run favours neither side.
     std::map<int, double> ours;
+    double ours_im2col = 0;
     const int steps = o.quick ? 2 : 4;
+    const auto images_per_s = [&](int t, nn::conv_engine engine) {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                static_cast<std::size_t>(t));
+      trainer tr(n, batch, engine);
+      const double seconds = bench::best_seconds(
+          [&] {
+            for (int i = 0; i < steps; ++i)
+              tr.step(0.01f);
+          },
+          2);
+      return static_cast<double>(batch) * steps / seconds;
+    };
     const auto measure_ours = [&] {
       for (const int t : {threads, 1}) {
-        tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
-                                  static_cast<std::size_t>(t));
-        trainer tr(n, batch);
-        const double seconds = bench::best_seconds(
-            [&] {
-              for (int i = 0; i < steps; ++i)
-                tr.step(0.01f);
-            },
-            2);
-        ours[t] = std::max(ours[t], static_cast<double>(batch) * steps / seconds);
+        ours[t] = std::max(ours[t], images_per_s(t, nn::default_conv_engine));
         if (threads == 1) break;
       }
+      if (nn::onednn_available)
+        ours_im2col = std::max(ours_im2col, images_per_s(threads, nn::conv_engine::im2col));
     };
     measure_ours();
-    const auto peer = run_peer(o, batch, n);
+    std::string python2 = o.get("--python2", "");
+    if (python2.empty()) {
+      const std::filesystem::path repo =
+          std::filesystem::path(__FILE__).parent_path().parent_path();
+      python2 = (repo / "build" / "peers-venv" / "bin" / "peer-python").string();
+    }
+    std::map<std::string, std::map<int, double>> peers;
+    peers["torch1.13"] = run_peer(o, o.get("--python", "/usr/bin/python3"), "torch1.13", batch, n);
+    if (std::filesystem::exists(python2))
+      peers["torch2"] = run_peer(o, python2, "torch2", batch, n);
+    else
+      std::printf("torch 2.x peer skipped: %s not found (bench/peers/venv.sh creates it)\n",
+                  python2.c_str());
     measure_ours();
     double best_peer = 0;
     int best_threads = 0;
-    for (const auto& [t, ips] : peer)
-      if (ips > best_peer) {
-        best_peer = ips;
-        best_threads = t;
-      }
-    if (peer.empty())
+    std::string best_label = "none";
+    for (const auto& [label, runs] : peers)
+      for (const auto& [t, ips] : runs)
+        if (ips > best_peer) {
+          best_peer = ips;
+          best_threads = t;
+          best_label = label;
+        }
+    if (best_peer == 0)
       std::printf(
           "PyTorch peer skipped: torch not importable (apt-get install -y python3-torch "
           "libopenblas0-pthread) — ratios are 0\n");
+    else
+      std::printf("best peer: %s, %d threads, %.1f images/s\n", best_label.c_str(), best_threads,
+                  best_peer);
     std::vector<bench::result> results;
     for (const auto& [t, ips] : ours)
       results.push_back({"resnet" + std::to_string(6 * n + 2) + "_train_b" + std::to_string(batch) +
                              "_strata" + std::to_string(t) + "t_vs_torch_best" +
                              std::to_string(best_threads) + "t",
                          ips, "images/s", best_peer, best_peer > 0 ? ips / best_peer : 0.0});
-    std::printf("strata threads: %d (oneTBB default arena; 1t rows under global_control 1)\n",
-                threads);
+    if (nn::onednn_available)
+      results.push_back({"resnet" + std::to_string(6 * n + 2) + "_train_b" + std::to_string(batch) +
+                             "_strata" + std::to_string(threads) + "t_onednn_vs_im2col",
+                         ours[threads], "images/s", ours_im2col, ours[threads] / ours_im2col});
+    std::printf(
+        "strata threads: %d (oneTBB default arena; 1t rows under global_control 1), convolutions: "
+        "%s\n",
+        threads, std::string(to_string(nn::default_conv_engine)).c_str());
     bench::report(o, results);
     return 0;
   } catch (const std::exception& e) {

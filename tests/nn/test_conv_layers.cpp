@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -15,6 +16,8 @@
 #include "strata/nn/pooling.hpp"
 #include "strata/nn/residual.hpp"
 #include "strata/nn/softmax_cross_entropy.hpp"
+
+#include "support/skip.hpp"
 
 using namespace strata;
 
@@ -107,6 +110,13 @@ std::vector<double> ref_conv(const std::vector<float>& x, const std::vector<floa
   return y;
 }
 
+/// The engines this build can run: im2col always, oneDNN when the build has it.
+std::vector<nn::conv_engine> engines() {
+  std::vector<nn::conv_engine> all{nn::conv_engine::im2col};
+  if (nn::onednn_available) all.push_back(nn::conv_engine::onednn);
+  return all;
+}
+
 }  // namespace
 
 TEST_CASE("conv2d forward equals a direct float64 convolution", "[nn][conv2d]") {
@@ -114,9 +124,12 @@ TEST_CASE("conv2d forward equals a direct float64 convolution", "[nn][conv2d]") 
   const nn::map_shape in{5, 6, 3};
   for (const nn::window win : {nn::window{3, 1, 1}, nn::window{3, 2, 1}, nn::window{3, 1, 0},
                                nn::window{1, 1, 0}, nn::window{5, 2, 2}, nn::window{1, 2, 0}}) {
-    for (const bool bias : {false, true}) {
+    for (const auto& [bias, engine] :
+         {std::pair{false, nn::conv_engine::im2col}, std::pair{true, nn::conv_engine::im2col},
+          std::pair{false, nn::default_conv_engine}, std::pair{true, nn::default_conv_engine}}) {
       nn::parameter_set ps;
       nn::conv2d conv(ps, in, 4, win, bias, "c");
+      conv.set_engine(engine);
       ps.allocate(3);
       const auto x = random_values(n * in.size(), 1);
       const auto out = conv.output_shape();
@@ -127,7 +140,8 @@ TEST_CASE("conv2d forward equals a direct float64 convolution", "[nn][conv2d]") 
       const std::vector<float> w(wv.data(), wv.data() + wv.size());
       const auto bv = conv.bias(ps.values());
       const auto want = ref_conv(x, w, std::vector<float>(bv.begin(), bv.end()), n, in, out, win);
-      INFO("kernel " << win.kernel << " stride " << win.stride << " pad " << win.padding);
+      INFO("kernel " << win.kernel << " stride " << win.stride << " pad " << win.padding
+                     << " engine " << to_string(engine) << " bias " << bias);
       REQUIRE(out.height == (in.height + 2 * win.padding - win.kernel) / win.stride + 1);
       for (std::size_t i = 0; i < y.size(); ++i)
         REQUIRE(y[i] == Approx(want[i]).margin(1e-5));
@@ -138,36 +152,42 @@ TEST_CASE("conv2d forward equals a direct float64 convolution", "[nn][conv2d]") 
 TEST_CASE("conv2d backward matches finite differences (stride 1 and 2, padding)", "[nn][conv2d]") {
   const std::size_t n = 2;
   const nn::map_shape in{5, 5, 2};
-  for (const nn::window win : {nn::window{3, 1, 1}, nn::window{3, 2, 1}, nn::window{2, 2, 0}}) {
-    INFO("kernel " << win.kernel << " stride " << win.stride << " pad " << win.padding);
-    nn::parameter_set ps;
-    nn::conv2d conv(ps, in, 3, win, true, "c");
-    ps.allocate(5);
-    const auto out = conv.output_shape();
-    auto x = random_values(n * in.size(), 2);
-    const auto r = random_values(n * out.size(), 3);
-    std::vector<float> y(n * out.size()), dx(n * in.size());
-    const matrix_view<float> xv(x.data(), n * in.pixels(), in.channels);
-    const matrix_view<float> yv(y.data(), n * out.pixels(), out.channels);
-    matrix_view<float> dxv(dx.data(), n * in.pixels(), in.channels);
-    const auto loss = [&] {
-      conv.forward(ps.values(), xv, yv);
-      return project(y, r);
-    };
-    loss();
-    conv.backward(ps.values(), xv, {r.data(), n * out.pixels(), out.channels}, ps.grads(), &dxv);
-    // Convolution is linear in x and in W: central differences are exact up to rounding.
-    check_gradient(x, dx, loss, 1e-2, 2e-3, "dx");
-    const std::vector<float> dparams(ps.grads().begin(), ps.grads().end());
-    check_gradient(ps.values(), dparams, loss, 1e-2, 2e-3, "dW,db");
-  }
+  for (const auto engine : engines())
+    for (const nn::window win : {nn::window{3, 1, 1}, nn::window{3, 2, 1}, nn::window{2, 2, 0}}) {
+      INFO("kernel " << win.kernel << " stride " << win.stride << " pad " << win.padding
+                     << " engine " << to_string(engine));
+      nn::parameter_set ps;
+      nn::conv2d conv(ps, in, 3, win, true, "c");
+      conv.set_engine(engine);
+      ps.allocate(5);
+      const auto out = conv.output_shape();
+      auto x = random_values(n * in.size(), 2);
+      const auto r = random_values(n * out.size(), 3);
+      std::vector<float> y(n * out.size()), dx(n * in.size());
+      const matrix_view<float> xv(x.data(), n * in.pixels(), in.channels);
+      const matrix_view<float> yv(y.data(), n * out.pixels(), out.channels);
+      matrix_view<float> dxv(dx.data(), n * in.pixels(), in.channels);
+      const auto loss = [&] {
+        conv.forward(ps.values(), xv, yv);
+        return project(y, r);
+      };
+      loss();
+      conv.backward(ps.values(), xv, {r.data(), n * out.pixels(), out.channels}, ps.grads(), &dxv);
+      // Convolution is linear in x and in W: central differences are exact up to rounding.
+      check_gradient(x, dx, loss, 1e-2, 2e-3, "dx");
+      const std::vector<float> dparams(ps.grads().begin(), ps.grads().end());
+      check_gradient(ps.values(), dparams, loss, 1e-2, 2e-3, "dW,db");
+    }
 }
 
 TEST_CASE("conv2d results do not depend on the thread count", "[nn][conv2d]") {
   const std::size_t n = 40;  // 40 × 196 pixels: several sample chunks
   const nn::map_shape in{14, 14, 8};
+  const auto engine = GENERATE(from_range(engines()));
+  INFO("engine " << to_string(engine));
   nn::parameter_set ps;
   nn::conv2d conv(ps, in, 16, {3, 1, 1}, false, "c");
+  conv.set_engine(engine);
   ps.allocate(9);
   const auto x = random_values(n * in.size(), 4);
   const auto dy = random_values(n * in.pixels() * 16, 5);
@@ -183,6 +203,88 @@ TEST_CASE("conv2d results do not depend on the thread count", "[nn][conv2d]") {
     return y;
   };
   REQUIRE(run(1) == run(2));
+}
+
+TEST_CASE("conv2d on oneDNN equals the im2col engine (ResNet shapes, chunk tails, bias)",
+          "[nn][conv2d][onednn]") {
+  if (!nn::onednn_available) strata_test::skip("this build has no oneDNN (libdnnl-dev)");
+  struct layer_case {
+    nn::map_shape in;
+    std::size_t out_channels;
+    nn::window win;
+    bool bias;
+    std::size_t batch;
+  };
+  // ResNet-20's shapes (stem, each stage, the two stride-2 transitions) with batches that
+  // leave a short last chunk, plus odd sizes, a 5x5 window and a 1x1 stride-2 projection.
+  const std::vector<layer_case> cases{
+      {{28, 28, 1}, 16, {3, 1, 1}, false, 5},  {{28, 28, 16}, 16, {3, 1, 1}, false, 3},
+      {{28, 28, 16}, 32, {3, 2, 1}, false, 3}, {{14, 14, 32}, 32, {3, 1, 1}, false, 13},
+      {{14, 14, 32}, 64, {3, 2, 1}, false, 7}, {{7, 7, 64}, 64, {3, 1, 1}, false, 23},
+      {{9, 11, 3}, 5, {3, 1, 1}, true, 4},     {{9, 11, 3}, 5, {5, 2, 2}, true, 4},
+      {{8, 8, 6}, 12, {1, 2, 0}, true, 9}};
+  for (const auto& lc : cases) {
+    INFO(lc.in.height << "x" << lc.in.width << "x" << lc.in.channels << " -> " << lc.out_channels
+                      << " k" << lc.win.kernel << " s" << lc.win.stride << " p" << lc.win.padding
+                      << " bias " << lc.bias << " batch " << lc.batch);
+    nn::parameter_set ps;
+    nn::conv2d conv(ps, lc.in, lc.out_channels, lc.win, lc.bias, "c");
+    ps.allocate(11);
+    const auto out = conv.output_shape();
+    const std::size_t n = lc.batch;
+    const auto x = random_values(n * lc.in.size(), 12);
+    const auto dy = random_values(n * out.size(), 13);
+    const auto run = [&](nn::conv_engine engine) {
+      conv.set_engine(engine);
+      std::vector<float> y(n * out.size()), dx(n * lc.in.size());
+      matrix_view<float> dxv(dx.data(), n * lc.in.pixels(), lc.in.channels);
+      const matrix_view<const float> xv(x.data(), n * lc.in.pixels(), lc.in.channels);
+      conv.forward(ps.values(), xv, {y.data(), n * out.pixels(), out.channels});
+      conv.backward(ps.values(), xv, {dy.data(), n * out.pixels(), out.channels}, ps.grads(), &dxv);
+      return std::array{y, dx, std::vector<float>(ps.grads().begin(), ps.grads().end())};
+    };
+    const auto want = run(nn::conv_engine::im2col);
+    const auto got = run(nn::conv_engine::onednn);
+    // A window that stops short of the input's end (negative right padding) runs on im2col.
+    const bool short_end =
+        (lc.in.height + 2 * lc.win.padding - lc.win.kernel) % lc.win.stride > lc.win.padding;
+    REQUIRE(conv.runs_onednn(n) == !short_end);
+    const char* names[] = {"y", "dx", "dW,db"};
+    for (std::size_t t = 0; t < 3; ++t) {
+      double scale = 0;
+      for (const float v : want[t])
+        scale = std::max(scale, double(std::abs(v)));
+      REQUIRE(got[t].size() == want[t].size());
+      for (std::size_t i = 0; i < got[t].size(); ++i) {
+        INFO(names[t] << "[" << i << "] onednn " << got[t][i] << " im2col " << want[t][i]);
+        REQUIRE(std::abs(double(got[t][i]) - want[t][i]) <= 1e-5 * scale);
+      }
+    }
+    // A copy of the layer computes the same (it builds its own primitives).
+    nn::conv2d copy = conv;
+    std::vector<float> y2(n * out.size());
+    copy.forward(ps.values(), {x.data(), n * lc.in.pixels(), lc.in.channels},
+                 {y2.data(), n * out.pixels(), out.channels});
+    REQUIRE(y2 == got[0]);
+  }
+}
+
+TEST_CASE("conv2d engine choice: names, and oneDNN refused in a build without it", "[nn][conv2d]") {
+  nn::parameter_set ps;
+  nn::conv2d conv(ps, {4, 4, 2}, 3, {3, 1, 1}, false, "stem");
+  CHECK(conv.engine() == nn::default_conv_engine);
+  CHECK(to_string(nn::conv_engine::onednn) == "onednn");
+  CHECK(to_string(nn::conv_engine::im2col) == "im2col");
+  conv.set_engine(nn::conv_engine::im2col);
+  CHECK(conv.engine() == nn::conv_engine::im2col);
+  CHECK_FALSE(conv.runs_onednn(2));
+  if (nn::onednn_available) {
+    conv.set_engine(nn::conv_engine::onednn);
+    CHECK(conv.runs_onednn(2));
+  } else {
+    REQUIRE_THROWS_WITH(conv.set_engine(nn::conv_engine::onednn),
+                        Catch::Contains("stem") && Catch::Contains("libdnnl-dev"));
+  }
 }
 
 TEST_CASE("conv2d rejects bad shapes with a clear error", "[nn][conv2d]") {

@@ -111,6 +111,13 @@ class resnet {
   /// Train (batch statistics) or eval (running statistics) for every BN layer.
   void set_mode(nn::mode m) noexcept { mode_ = m; }
   [[nodiscard]] nn::mode mode() const noexcept { return mode_; }
+  /// Sets every convolution's engine (nn::conv_engine: oneDNN by default when the build has
+  /// it, im2col + Eigen otherwise); throws `errc::unsupported` for oneDNN without it.
+  void set_conv_engine(nn::conv_engine engine) {
+    stem_.set_engine(engine);
+    for (auto& block : blocks_)
+      block.set_conv_engine(engine);
+  }
   /// Sums BN statistics over workers in training mode (empty: per-worker statistics).
   void set_bn_sync(nn::stat_reducer reducer) { sync_ = std::move(reducer); }
 

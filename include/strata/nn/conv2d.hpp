@@ -1,5 +1,6 @@
 /// @file conv2d.hpp
-/// 2-D convolution on NHWC batches by im2col + Eigen GEMM, with explicit backward.
+/// 2-D convolution on NHWC batches — oneDNN primitives when the build has oneDNN, im2col +
+/// Eigen GEMM otherwise (and as the reference) — with explicit backward.
 #pragma once
 
 #include <Eigen/Core>
@@ -15,6 +16,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/matrix.hpp"
 #include "strata/nn/common.hpp"
+#include "strata/nn/detail/onednn_conv.hpp"
 #include "strata/nn/feature_map.hpp"
 #include "strata/nn/parameters.hpp"
 
@@ -39,6 +41,27 @@ struct window {
   }
 };
 
+/// How a conv2d computes: oneDNN's convolution primitives (direct, JIT-compiled for this
+/// machine's ISA) or im2col + Eigen GEMM (every build; the reference the tests compare with).
+enum class conv_engine { onednn, im2col };
+
+/// True when this build links oneDNN (CMake found libdnnl-dev: `STRATA_HAS_ONEDNN`).
+inline constexpr bool onednn_available =
+#ifdef STRATA_HAS_ONEDNN
+    true;
+#else
+    false;
+#endif
+
+/// The engine a new conv2d uses: oneDNN when available.
+inline constexpr conv_engine default_conv_engine =
+    onednn_available ? conv_engine::onednn : conv_engine::im2col;
+
+/// Name of an engine ("onednn", "im2col").
+constexpr std::string_view to_string(conv_engine e) noexcept {
+  return e == conv_engine::onednn ? "onednn" : "im2col";
+}
+
 /// 2-D convolution (cross-correlation, as in every DL framework) of NHWC batches:
 /// ```
 /// y[n, oh, ow, o] = b[o] + Σ_{kh, kw, c} W[o, kh, kw, c] · x[n, oh·s + kh − p, ow·s + kw − p, c]
@@ -47,7 +70,15 @@ struct window {
 /// to OHWI — registered as "<name>.weight" (fan_in_uniform: U(±1/sqrt(k·k·Cin)), PyTorch's
 /// default conv init); the optional bias is "<name>.bias".
 ///
-/// Engine: im2col + GEMM. For each fixed chunk of samples (≈1024 output pixels) the patches
+/// Engines (`set_engine`; default `default_conv_engine`). Both split the batch into the same
+/// fixed chunks of whole samples (≈1024 output pixels) run on oneTBB, one task per chunk:
+///
+/// * oneDNN: each chunk is one single-threaded call of oneDNN's forward / backward-data /
+///   backward-weights primitive on the chunk's sub-batch (NHWC in place; the weights are
+///   reordered once per call into the layout the primitive wants). Primitives are created on
+///   first use per sub-batch size and cached in the layer. Where oneDNN has only its
+///   reference kernel for a shape, the layer computes that shape with im2col.
+/// * im2col + GEMM. For each fixed chunk of samples (≈1024 output pixels) the patches
 /// are copied into a (pixels × k·k·Cin) matrix — in NHWC each patch row is k contiguous runs
 /// of k·Cin (stride 1) or Cin values, so im2col is a few memcpy per pixel — and one Eigen
 /// GEMM `Y = col · Wᵀ` writes the NHWC output directly (no transpose). Backward recomputes
@@ -65,7 +96,7 @@ class conv2d {
   /// `w.kernel`² window.
   conv2d(parameter_set& params, map_shape in, std::size_t out_channels, window w, bool bias,
          const std::string& name)
-      : in_(in), window_(w), bias_(bias) {
+      : in_(in), window_(w), bias_(bias), name_(name) {
     STRATA_EXPECTS(in.height > 0 && in.width > 0 && in.channels > 0 && out_channels > 0, "conv2d '",
                    name, "': sizes must be positive, got ", in.height, "x", in.width, "x",
                    in.channels, " -> ", out_channels, " channels");
@@ -77,16 +108,52 @@ class conv2d {
     if (bias_)
       bias_offset_ = params.add(name + ".bias", out_channels, init_scheme::fan_in_uniform, fan_in,
                                 out_channels);
+#ifdef STRATA_HAS_ONEDNN
+    onednn_ = detail::onednn_conv({.in = in_,
+                                   .out = out_,
+                                   .kernel = w.kernel,
+                                   .stride = w.stride,
+                                   .padding = w.padding,
+                                   .bias = bias_});
+#endif
   }
 
-  [[nodiscard]] const map_shape& input_shape() const noexcept { return in_; }
-  [[nodiscard]] const map_shape& output_shape() const noexcept { return out_; }
-  [[nodiscard]] const window& geometry() const noexcept { return window_; }
+  /// Chooses how this layer computes. Throws `errc::unsupported` for oneDNN in a build
+  /// without it.
+  void set_engine(conv_engine engine) {
+    if (engine == conv_engine::onednn && !onednn_available)
+      fail(errc::unsupported,
+           cat("conv2d '", name_,
+               "': this build has no oneDNN; install libdnnl-dev and reconfigure (CMake finds it "
+               "unless STRATA_ONEDNN=OFF), or use conv_engine::im2col"));
+    engine_ = engine;
+  }
+  /// The engine chosen with `set_engine` (shapes oneDNN cannot run well still use im2col; see
+  /// `runs_onednn`).
+  [[nodiscard]] conv_engine engine() const noexcept {
+    return engine_;
+  }
+  /// True when a batch of `batch` samples runs on oneDNN's primitives.
+  [[nodiscard]] bool runs_onednn(std::size_t batch) const {
+    return uses_onednn(batch);
+  }
+
+  [[nodiscard]] const map_shape& input_shape() const noexcept {
+    return in_;
+  }
+  [[nodiscard]] const map_shape& output_shape() const noexcept {
+    return out_;
+  }
+  [[nodiscard]] const window& geometry() const noexcept {
+    return window_;
+  }
   /// Values per patch: k·k·Cin (the GEMM's inner dimension).
   [[nodiscard]] std::size_t patch() const noexcept {
     return window_.kernel * window_.kernel * in_.channels;
   }
-  [[nodiscard]] bool has_bias() const noexcept { return bias_; }
+  [[nodiscard]] bool has_bias() const noexcept {
+    return bias_;
+  }
   /// W as a Cout × (k·k·Cin) view into a flat buffer (values or gradients).
   template <class T>
   [[nodiscard]] matrix_view<T> weight(std::span<T> flat) const {
@@ -105,6 +172,18 @@ class conv2d {
                matrix_view<float> y) const {
     const std::size_t batch = detail::batch_of("conv2d::forward", "x", x, in_);
     detail::expect_maps("conv2d::forward", "y", y, out_, batch);
+#ifdef STRATA_HAS_ONEDNN
+    if (uses_onednn(batch)) {
+      onednn_.load_forward_weights(weight(params).data(), full_chunk(batch));
+      const float* b = bias_ ? bias(params).data() : nullptr;
+      detail::for_sample_chunks(batch, out_.pixels(),
+                                [&](std::size_t, std::size_t first, std::size_t count) {
+                                  onednn_.forward(x.data() + first * in_.size(), b,
+                                                  y.data() + first * out_.size(), count);
+                                });
+      return;
+    }
+#endif
     const auto w = detail::as_eigen(weight(params));
     const auto b = detail::as_vector(bias(params));
     detail::for_sample_chunks(
@@ -124,6 +203,12 @@ class conv2d {
     const std::size_t batch = detail::batch_of("conv2d::backward", "x", x, in_);
     detail::expect_maps("conv2d::backward", "dy", dy, out_, batch);
     if (dx != nullptr) detail::expect_maps("conv2d::backward", "dx", *dx, in_, batch);
+#ifdef STRATA_HAS_ONEDNN
+    if (uses_onednn(batch)) {
+      backward_onednn(params, x, dy, grads, dx, batch);
+      return;
+    }
+#endif
     const auto w = detail::as_eigen(weight(params));
     auto dw = detail::as_eigen(weight(grads));
     auto db = detail::as_vector(bias(grads));
@@ -166,6 +251,54 @@ class conv2d {
   }
 
  private:
+  /// Samples in the first (full) chunk of a batch of `batch`.
+  [[nodiscard]] std::size_t full_chunk(std::size_t batch) const noexcept {
+    return std::min(batch, detail::samples_per_task(out_.pixels()));
+  }
+
+  [[nodiscard]] bool uses_onednn([[maybe_unused]] std::size_t batch) const {
+#ifdef STRATA_HAS_ONEDNN
+    if (engine_ != conv_engine::onednn || batch == 0) return false;
+    const std::size_t full = full_chunk(batch);
+    return onednn_.prepare(full, batch % full);
+#else
+    return false;
+#endif
+  }
+
+#ifdef STRATA_HAS_ONEDNN
+  void backward_onednn(std::span<const float> params, matrix_view<const float> x,
+                       matrix_view<const float> dy, std::span<float> grads, matrix_view<float>* dx,
+                       std::size_t batch) const {
+    const std::size_t full = full_chunk(batch);
+    const std::size_t chunks = detail::sample_chunks(batch, out_.pixels());
+    const std::size_t weight_floats = onednn_.diff_weight_floats(full);
+    const std::size_t per_chunk = weight_floats + (bias_ ? out_.channels : 0);
+    if (partials_.size() < chunks * per_chunk)
+      partials_ = aligned_buffer<float>(chunks * per_chunk);
+    if (dx != nullptr) onednn_.load_backward_data_weights(weight(params).data(), full);
+    detail::for_sample_chunks(
+        batch, out_.pixels(), [&](std::size_t c, std::size_t first, std::size_t count) {
+          float* part = partials_.data() + c * per_chunk;
+          const float* dy_chunk = dy.data() + first * out_.size();
+          onednn_.backward_weights(x.data() + first * in_.size(), dy_chunk, part,
+                                   part + weight_floats, count);
+          if (dx != nullptr)
+            onednn_.backward_data(dy_chunk, dx->data() + first * in_.size(), count);
+        });
+    // dW, db = Σ_chunks partial, in chunk order (deterministic), then into OHWI.
+    Eigen::Map<Eigen::VectorXf> total(partials_.data(), static_cast<Eigen::Index>(per_chunk));
+    for (std::size_t c = 1; c < chunks; ++c)
+      total += Eigen::Map<const Eigen::VectorXf>(partials_.data() + c * per_chunk,
+                                                 static_cast<Eigen::Index>(per_chunk));
+    onednn_.store_weight_gradient(total.data(), weight(grads).data(), full);
+    if (bias_) {
+      auto db = bias(grads);
+      std::copy_n(total.data() + weight_floats, out_.channels, db.begin());
+    }
+  }
+#endif
+
   using eigen_rows = Eigen::Map<detail::row_major_matrix<float>, Eigen::Aligned64>;
 
   /// This thread's rows × patch() scratch matrix (grown on demand).
@@ -256,6 +389,11 @@ class conv2d {
   mutable tbb::enumerable_thread_specific<aligned_buffer<float>> col_;
   mutable tbb::enumerable_thread_specific<aligned_buffer<float>> dcol_;
   mutable aligned_buffer<float> partials_;
+  conv_engine engine_ = default_conv_engine;
+  std::string name_;
+#ifdef STRATA_HAS_ONEDNN
+  mutable detail::onednn_conv onednn_{detail::conv_geometry{}};
+#endif
 };
 
 }  // namespace strata::nn

@@ -113,6 +113,11 @@ class basic_block {
   [[nodiscard]] batch_norm& bn2() noexcept { return bn2_; }
   [[nodiscard]] const conv2d& conv1() const noexcept { return conv1_; }
   [[nodiscard]] const conv2d& conv2() const noexcept { return conv2_; }
+  /// Sets both convolutions' engine (see conv2d::set_engine).
+  void set_conv_engine(conv_engine engine) {
+    conv1_.set_engine(engine);
+    conv2_.set_engine(engine);
+  }
 
   /// y ← block(x); x: (N·H·W) × Cin, y: (N·Ho·Wo) × Cout. Keeps views of nothing: the
   /// caller passes x and y again to backward.
