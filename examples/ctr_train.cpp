@@ -108,6 +108,10 @@ struct flags {
       "  --table-rows R (hash buckets per feature) --dim D\n"
       "  --distinct-ids K (synthetic: ids per categorical feature, Zipf-distributed)\n"
       "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
+      "  --no-divergence-guard           keep training through a non-finite loss or gradient\n"
+      "                                (by default the run stops at that step, names the last\n"
+      "                                good checkpoint; no checkpoint is ever written from\n"
+      "                                non-finite values either way)\n"
       "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
       "  --pull-messages                 PS pulls as messages even in one process (by default\n"
       "                                they read the servers' rows directly when no link,\n"
@@ -211,6 +215,8 @@ flags parse(int argc, char** argv) {
       link_latency_us = number();
     else if (a == "--pull-messages")
       f.options.in_process_pulls = false;
+    else if (a == "--no-divergence-guard")
+      f.options.divergence_guard = false;
     else if (a == "--tiny")
       f.tiny = true;
     else if (a == "--gpu")

@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "strata/core/buffer.hpp"
+#include "strata/core/finite.hpp"
 
 using namespace strata;
 
@@ -108,4 +111,25 @@ TEST_CASE("aligned_buffer of size 0", "[core][buffer]") {
 TEST_CASE("aligned_buffer refuses sizes that overflow", "[core][buffer]") {
   REQUIRE_THROWS_AS(aligned_buffer<double>(std::numeric_limits<std::size_t>::max() / 4),
                     std::bad_alloc);
+}
+
+TEST_CASE("first_non_finite finds the first NaN or infinity, in any block", "[core][finite]") {
+  std::vector<float> v(10'000, 1.5f);
+  CHECK(detail::first_non_finite(v) == v.size());
+  CHECK(detail::all_finite(v));
+  CHECK(detail::all_finite(std::span<const float>{}));
+  v[9'999] = std::numeric_limits<float>::max();  // large but finite
+  CHECK(detail::all_finite(v));
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()})
+    for (const std::size_t at :
+         {std::size_t{0}, std::size_t{4095}, std::size_t{4096}, std::size_t{9'998}}) {
+      auto w = v;
+      w[at] = bad;
+      w[9'999] = bad;  // a later one does not hide the first
+      INFO("value " << bad << " at " << at);
+      CHECK(detail::first_non_finite(w) == at);
+      CHECK_FALSE(detail::all_finite(w));
+    }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -33,7 +34,8 @@ train::checkpoint_meta sample_meta() {
           .workers = 3,
           .optimizer = "adagrad",
           .dense_optimizer = "adam",
-          .strategy = "hybrid"};
+          .strategy = "hybrid",
+          .files = {"rows-worker-0.ckpt", "worker-0.ckpt", "rows-server-0.ckpt"}};
 }
 std::vector<float> values(std::size_t n, float base) {
   std::vector<float> v(n);
@@ -58,6 +60,21 @@ TEST_CASE("checkpoint_meta round-trips and refuses another model or other optimi
   CHECK(back.optimizer == "adagrad");
   CHECK(back.dense_optimizer == "adam");
   CHECK(back.strategy == "hybrid");
+  CHECK(back.files == meta.files);
+  // The listed files must all be there, and no unlisted rows/worker file.
+  CHECK_THROWS_WITH(back.check_complete(dir), Catch::Contains("is incomplete: rows-worker-0.ckpt"));
+  for (const auto& name : meta.files)
+    std::ofstream(dir / name) << "x";
+  CHECK_NOTHROW(back.check_complete(dir));
+  std::ofstream(dir / "worker-5.ckpt") << "x";
+  CHECK_THROWS_WITH(back.check_complete(dir),
+                    Catch::Contains("worker-5.ckpt") && Catch::Contains("does not list"));
+  std::filesystem::remove(dir / "worker-5.ckpt");
+  // A meta without a file list (older checkpoints) checks nothing.
+  auto old = back;
+  old.files.clear();
+  std::filesystem::remove(dir / "worker-0.ckpt");
+  CHECK_NOTHROW(old.check_complete(dir));
 
   // Another strategy, seed and worker count resume; another model or optimizer does not.
   auto run = meta;

@@ -132,6 +132,40 @@ TEST_CASE("resuming from a checkpoint equals never stopping, bitwise", "[train][
   CHECK(resumed.embedding_checksum == full.embedding_checksum);
 }
 
+TEST_CASE("a checkpoint with a missing or an unlisted file is refused, naming it",
+          "[train][checkpoint]") {
+  const auto data = make_data(2000, 3);
+  optim::adagrad opt;
+  using compressed =
+      train::trainer<models::dlrm, embedding::sharded<optim::adagrad>, train::hybrid<ps::sync>,
+                     compress::error_feedback<compress::int8_block<256>>>;
+  auto options = base_options(2, 12);
+  options.checkpoint_dir = fresh_dir("incomplete");
+  options.max_steps = 4;
+  compressed(small_dlrm(), opt, options).fit(data);
+  const auto step = options.checkpoint_dir / "step-4";
+  for (const char* file : {"state.ckpt", "rows-worker-0.ckpt", "rows-server-0.ckpt",
+                           "rows-server-1.ckpt", "worker-0.ckpt", "worker-1.ckpt"})
+    REQUIRE(std::filesystem::exists(step / file));
+  auto resume = options;
+  resume.resume = true;
+  resume.max_steps = 6;
+  const auto keep = fresh_dir("incomplete-copy");
+  std::filesystem::copy(step, keep);
+  for (const char* missing : {"rows-server-1.ckpt", "worker-1.ckpt", "rows-worker-0.ckpt"}) {
+    INFO(missing);
+    std::filesystem::remove(step / missing);
+    REQUIRE_THROWS_WITH(compressed(small_dlrm(), opt, resume).fit(data),
+                        Catch::Contains("is incomplete") && Catch::Contains(missing));
+    std::filesystem::copy_file(keep / missing, step / missing);
+  }
+  std::filesystem::copy_file(keep / "rows-server-1.ckpt", step / "rows-server-7.ckpt");
+  REQUIRE_THROWS_WITH(compressed(small_dlrm(), opt, resume).fit(data),
+                      Catch::Contains("rows-server-7.ckpt") && Catch::Contains("does not list"));
+  std::filesystem::remove(step / "rows-server-7.ckpt");
+  CHECK(compressed(small_dlrm(), opt, resume).fit(data).first_step == 4);  // whole again
+}
+
 TEST_CASE("a checkpoint written under one strategy and world size loads under another",
           "[train][checkpoint]") {
   const auto data = make_data(2000, 4);
@@ -331,6 +365,73 @@ TEST_CASE("the Communicator's options reach its dense path", "[train][strategy]"
                       Catch::Contains("chunk_bytes is 3"));
 }
 
+TEST_CASE("a diverging run stops at the step, names the last good checkpoint, writes none",
+          "[train][divergence]") {
+  const auto data = make_data(2000, 8);
+  optim::sgd good;
+  good.lr = 0.05f;
+  auto options = base_options(2, 12);
+  options.checkpoint_dir = fresh_dir("diverge");
+  options.checkpoint_every = 4;
+  options.max_steps = 8;
+  allreduce_trainer<optim::sgd>(small_dlrm(), good, options).fit(data);
+  REQUIRE(std::filesystem::exists(options.checkpoint_dir / "step-8"));
+  const auto unguarded_dir = fresh_dir("diverge-unguarded");
+  std::filesystem::copy(options.checkpoint_dir, unguarded_dir,
+                        std::filesystem::copy_options::recursive);
+
+  // Resumed with an absurd learning rate, the weights overflow within a few steps.
+  optim::sgd absurd;
+  absurd.lr = 1e30f;
+  auto resume = options;
+  resume.resume = true;
+  resume.max_steps = 20;
+  resume.checkpoint_every = 2;
+  const auto diverges = [&](auto&& trainer) {
+    try {
+      trainer.fit(data);
+    } catch (const strata::error& e) {
+      CHECK(e.code() == errc::diverged);
+      const std::string what = e.what();
+      UNSCOPED_INFO(what);
+      CHECK(what.find("training diverged at step ") != std::string::npos);
+      CHECK(what.find("on worker ") != std::string::npos);
+      CHECK(what.find("--lr") != std::string::npos);
+      return what;
+    }
+    FAIL("the diverging run finished");
+    return std::string();
+  };
+  SECTION("allreduce") {
+    const auto what = diverges(allreduce_trainer<optim::sgd>(small_dlrm(), absurd, resume));
+    // A checkpoint written before the divergence (steps 10, 12, ...) is finite and named.
+    CHECK(what.find("last good checkpoint is") != std::string::npos);
+  }
+  SECTION("parameter servers") {
+    const auto what = diverges(ps_trainer<optim::sgd>(small_dlrm(), absurd, resume));
+    CHECK(what.find("last good checkpoint is") != std::string::npos);
+  }
+  // Every checkpoint left in the directory holds finite values only: the newest loads and
+  // trains on with the sane learning rate.
+  auto again = options;
+  again.resume = true;
+  again.max_steps = 24;
+  const auto report = allreduce_trainer<optim::sgd>(small_dlrm(), good, again).fit(data);
+  CHECK(report.steps == 24);
+  CHECK(std::isfinite(report.train_loss));
+
+  // Without the guard the run goes on, but no checkpoint is written from non-finite values.
+  auto unguarded = resume;
+  unguarded.divergence_guard = false;
+  unguarded.checkpoint_dir = unguarded_dir;
+  unguarded.max_steps = 40;
+  unguarded.checkpoint_every = 16;  // the first checkpoint after the resume: step 16
+  REQUIRE_THROWS_WITH(
+      allreduce_trainer<optim::sgd>(small_dlrm(), absurd, unguarded).fit(data),
+      Catch::Contains("refusing to write checkpoint") && Catch::Contains("non-finite"));
+  CHECK_FALSE(std::filesystem::exists(unguarded.checkpoint_dir / "step-16"));
+}
+
 TEST_CASE("bad trainer settings and data are reported", "[train]") {
   optim::sgd opt;
   auto options = base_options(0, 8);
@@ -348,4 +449,8 @@ TEST_CASE("bad trainer settings and data are reported", "[train]") {
   REQUIRE_THROWS_WITH(
       allreduce_trainer<optim::sgd>(small_dlrm(), opt, options).fit(make_data(100, 1)),
       Catch::Contains("no checkpoint to resume from"));
+  options = base_options(2, 8);
+  options.blowup_warn_factor = 0.5;
+  REQUIRE_THROWS_WITH(allreduce_trainer<optim::sgd>(small_dlrm(), opt, options),
+                      Catch::Contains("blowup_warn_factor"));
 }

@@ -22,6 +22,7 @@ enum class errc {
   corrupt_data,      ///< a file or checkpoint failed validation (magic, checksum, field)
   unsupported,       ///< a feature is not available in this build or configuration
   internal,          ///< a broken invariant inside strata (a bug: please report it)
+  diverged,          ///< training produced a non-finite loss, gradient or parameter
 };
 
 /// Human-readable name of an error code.
@@ -47,6 +48,8 @@ constexpr std::string_view to_string(errc code) noexcept {
       return "unsupported";
     case errc::internal:
       return "internal";
+    case errc::diverged:
+      return "diverged";
   }
   return "unknown";
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/core/finite.hpp"
 #include "strata/train/checkpoint.hpp"
 
 namespace strata::train {
@@ -35,6 +36,9 @@ struct checkpoint_meta {
   std::string optimizer;        ///< the embedding tables'
   std::string dense_optimizer;  ///< the dense parameters'
   std::string strategy;
+  /// Every other file of the checkpoint (rows-*.ckpt, worker-*.ckpt), as written: resuming
+  /// refuses a checkpoint where one is missing or an unlisted one is present.
+  std::vector<std::string> files;
 
   void write(const std::filesystem::path& file) const {
     checkpoint_writer out;
@@ -46,6 +50,10 @@ struct checkpoint_meta {
     out.add("meta/optimizer", std::as_bytes(std::span(optimizer)));
     out.add("meta/dense_optimizer", std::as_bytes(std::span(dense_optimizer)));
     out.add("meta/strategy", std::as_bytes(std::span(strategy)));
+    std::string list;
+    for (const auto& name : files)
+      list += name + "\n";
+    out.add("meta/files", std::as_bytes(std::span(list)));
     out.commit(file);
   }
 
@@ -66,7 +74,39 @@ struct checkpoint_meta {
     meta.dense_optimizer =
         in.has("meta/dense_optimizer") ? text("meta/dense_optimizer") : meta.optimizer;
     meta.strategy = in.has("meta/strategy") ? text("meta/strategy") : std::string();
+    // Checkpoints from before the file list have none: nothing to check against.
+    if (in.has("meta/files")) {
+      const std::string list = text("meta/files");
+      for (std::size_t at = 0, end; at < list.size(); at = end + 1) {
+        end = list.find('\n', at);
+        if (end == std::string::npos) end = list.size();
+        if (end > at) meta.files.push_back(list.substr(at, end - at));
+      }
+    }
     return meta;
+  }
+
+  /// Refuses (errc::corrupt_data) a checkpoint directory `dir` that lacks a file this meta
+  /// lists, or holds a rows-*.ckpt / worker-*.ckpt file it does not list (left by another run
+  /// or copied in): resuming from it would silently give another model.
+  void check_complete(const std::filesystem::path& dir) const {
+    namespace fs = std::filesystem;
+    if (files.empty()) return;  // written before checkpoints listed their files
+    for (const auto& name : files)
+      if (!fs::exists(dir / name))
+        fail(errc::corrupt_data,
+             cat("checkpoint ", dir.string(), " is incomplete: ", name,
+                 " (listed in state.ckpt) is missing; resume from an older checkpoint (point "
+                 "the checkpoint directory at its step-N folder)"));
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      const bool ours = name.rfind("rows-", 0) == 0 || name.rfind("worker-", 0) == 0;
+      if (ours && std::find(files.begin(), files.end(), name) == files.end())
+        fail(errc::corrupt_data,
+             cat("checkpoint ", dir.string(), " holds ", name,
+                 ", which its state.ckpt does not list (left by another run or copied in?); "
+                 "remove it or resume from another checkpoint"));
+    }
   }
 
   /// Refuses (errc::corrupt_data) to resume `run` from this checkpoint (in `dir`) when it was
@@ -110,7 +150,30 @@ class row_records {
   [[nodiscard]] std::size_t tables() const noexcept { return tables_.size(); }
   [[nodiscard]] std::size_t rows(std::size_t table) const { return tables_.at(table).keys.size(); }
 
+  /// Writes the records to `file`. Refuses (errc::diverged, nothing written) when a row or its
+  /// optimizer state holds a non-finite value: a checkpoint is never written from a diverged
+  /// model, so the last good one stays the newest.
   void commit(const std::filesystem::path& file) const {
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      const auto& records = tables_[t];
+      const std::size_t per_row =
+          records.keys.empty() ? 0 : records.rows.size() / records.keys.size();
+      const std::size_t state_per_row =
+          records.keys.empty() ? 0 : records.state.size() / records.keys.size();
+      const auto bad_row = [&](const std::vector<float>& values, std::size_t width) {
+        const std::size_t at = strata::detail::first_non_finite(values);
+        return at == values.size() || width == 0 ? records.keys.size() : at / width;
+      };
+      const std::size_t row =
+          std::min(bad_row(records.rows, per_row), bad_row(records.state, state_per_row));
+      if (row < records.keys.size())
+        fail(errc::diverged,
+             cat("refusing to write checkpoint file ", file.string(), ": table ", t,
+                 (t + 1 == tables_.size() ? " (the dense parameters)" : ""), ", key ",
+                 records.keys[row],
+                 " holds a non-finite value (the model diverged); no checkpoint is written from "
+                 "it and the last good one stays the newest"));
+    }
     checkpoint_writer out;
     const std::uint64_t count = tables_.size();
     out.add_value("tables", count);

@@ -50,6 +50,12 @@ struct trainer_options {
   /// (±0.01 for tables without a row bound).
   float embedding_init_scale = 0.0f;
   bool progress = true;  ///< live progress line on stderr
+  /// Stop at the first step whose loss, dense gradients or row gradients are not finite,
+  /// before anything of it leaves the worker (errc::diverged naming the step, the worker, the
+  /// tensor and the last good checkpoint). Costs one vectorised scan of the step's gradients.
+  bool divergence_guard = true;
+  /// Log a warning when a step's loss exceeds this many times its running mean (0 = never).
+  double blowup_warn_factor = 10;
 
   void check() const {
     STRATA_EXPECTS(workers >= 1, "trainer: workers must be ≥ 1, got ", workers);
@@ -60,6 +66,8 @@ struct trainer_options {
     STRATA_EXPECTS(epochs >= 1 || max_steps >= 1, "trainer: set epochs or max_steps");
     STRATA_EXPECTS(dense_row >= 1, "trainer: dense_row must be ≥ 1");
     STRATA_EXPECTS(timeout_seconds > 0, "trainer: timeout_seconds must be positive");
+    STRATA_EXPECTS(blowup_warn_factor == 0 || blowup_warn_factor > 1,
+                   "trainer: blowup_warn_factor must be 0 (off) or > 1, got ", blowup_warn_factor);
     STRATA_EXPECTS(!resume || !checkpoint_dir.empty(),
                    "trainer: resume needs a checkpoint directory (--checkpoint-dir)");
   }

@@ -48,6 +48,7 @@
 #include "strata/compress/error_feedback.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/finite.hpp"
 #include "strata/core/progress.hpp"
 #include "strata/core/timer.hpp"
 #include "strata/data/batch.hpp"
@@ -264,8 +265,10 @@ class trainer {
     // built only for the workers that run in this process.
     workers_.resize(static_cast<std::size_t>(options_.workers));
     for (int w = 0; w < options_.workers; ++w)
-      if (is_local(rank_of_worker(w)))
+      if (is_local(rank_of_worker(w))) {
         workers_[static_cast<std::size_t>(w)] = std::make_unique<worker_state>(*this);
+        workers_[static_cast<std::size_t>(w)]->index = w;
+      }
     if constexpr (on_ps) {
       std::vector<embedding::table_spec> specs = tables_;
       specs.push_back({"dense", dense_layout_.rows(), options_.dense_row});
@@ -530,6 +533,10 @@ class trainer {
     double loss_sum = 0;
     std::size_t loss_count = 0;
     std::vector<float> recent_logits, recent_labels;
+    int index = 0;                ///< the worker's index
+    double loss_average = 0;      ///< running mean of the per-sample step loss (blow-up warning)
+    std::size_t loss_steps = 0;   ///< steps in loss_average
+    std::size_t warned_step = 0;  ///< last step a blow-up warning was logged (0 = none)
   };
 
   [[nodiscard]] dense_path_type make_dense_path() const {
@@ -657,15 +664,15 @@ class trainer {
         me.timer.mark(pull_phase);
         if constexpr (prefetch) {
           begin_next(s);
-          train_step(me, peers, *now, global, true, [] {});
+          train_step(me, peers, *now, global, s, true, [] {});
         } else {
-          train_step(me, peers, *now, global, true, [&] { begin_next(s); });
+          train_step(me, peers, *now, global, s, true, [&] { begin_next(s); });
         }
         std::swap(now, next);
       } else {
         load(s, *now);
         me.timer.mark(data_phase);
-        train_step(me, peers, *now, global, false, [] {});
+        train_step(me, peers, *now, global, s, false, [] {});
       }
       if (w == 0 && options_.progress) {
         progress_->update(s + 1, cat("loss ", me.mean_loss(), "  sent ",
@@ -741,7 +748,7 @@ class trainer {
   /// dense sum and optimizer (allreduce, hybrid).
   template <class AfterPush>
   void train_step(worker_state& me, comm::group<transport_type>& peers, step_buffers& b,
-                  std::size_t global, bool fetched, AfterPush&& after_push) {
+                  std::size_t global, std::size_t step, bool fetched, AfterPush&& after_push) {
     const std::size_t n = b.batch.size();
     if (!fetched) {
       fetch(me, b);
@@ -755,6 +762,7 @@ class trainer {
     const double loss = nn::bce_with_logits(b.logits, b.batch.labels, b.dlogits,
                                             1.0f / static_cast<float>(global), nn::reduction::sum);
     me.model.backward(b.dlogits, b.grad_views);
+    if (options_.divergence_guard) guard_divergence(me, b, loss, n, step);
     me.loss_sum += loss;
     me.loss_count += n;
     me.recent_logits.insert(me.recent_logits.end(), b.logits.begin(), b.logits.end());
@@ -780,6 +788,54 @@ class trainer {
       me.dense.apply(me.model.parameters(), grads);
       me.timer.mark(compute_phase);
     }
+  }
+
+  /// The divergence guard, before anything of the step leaves the worker: a non-finite loss,
+  /// dense gradient or row gradient stops the run (errc::diverged: the step, the worker, the
+  /// tensor, the last good checkpoint); a step loss above blowup_warn_factor × its running
+  /// mean is logged (worker 0, at most once per 100 steps).
+  void guard_divergence(worker_state& me, const step_buffers& b, double loss, std::size_t n,
+                        std::size_t step) {
+    std::string what;
+    if (!std::isfinite(loss)) {
+      what = cat("the loss is ", loss);
+    } else if (const std::span<const float> grads = me.model.gradients();
+               !strata::detail::all_finite(grads)) {
+      const std::size_t at = strata::detail::first_non_finite(grads);
+      what = cat("dense gradient ", at, " is ", grads[at]);
+    } else {
+      for (std::size_t t = 0; t < tables_.size() && what.empty(); ++t) {
+        const auto& g = b.row_grads[t];
+        const std::span<const float> values(g.data(), g.rows() * g.cols());
+        if (const std::size_t at = strata::detail::first_non_finite(values); at < values.size())
+          what = cat("the gradient of table ", t, " ('", tables_[t].name, "') row of key ",
+                     b.keys[t][at / g.cols()], " is ", values[at]);
+      }
+    }
+    if (!what.empty()) {
+      const std::size_t saved = last_checkpoint_step_.load();
+      fail(errc::diverged,
+           cat("training diverged at step ", step + 1, " on worker ", me.index, ": ", what,
+               "; nothing of this step left the worker. ",
+               saved == no_checkpoint
+                   ? std::string("No checkpoint was written in this run (--checkpoint-dir with "
+                                 "--checkpoint-every keeps one).")
+                   : cat("The last good checkpoint is ",
+                         (options_.checkpoint_dir / checkpoint_directory::name(saved)).string(),
+                         " (step ", saved, "): resume from it (--resume)."),
+               " Lower the learning rate (--lr) or check the input data"));
+    }
+    const double per_sample = loss / static_cast<double>(std::max<std::size_t>(n, 1));
+    if (me.index == 0 && options_.blowup_warn_factor > 0 && me.loss_steps >= 20 &&
+        per_sample > options_.blowup_warn_factor * me.loss_average &&
+        (me.warned_step == 0 || step >= me.warned_step + 100)) {
+      me.warned_step = step;
+      log_line(cat("warning: step ", step + 1, " loss ", per_sample, " is ",
+                   per_sample / me.loss_average, "x its running mean ", me.loss_average,
+                   " - the run may be diverging (lower --lr?)"));
+    }
+    me.loss_average = me.loss_steps == 0 ? per_sample : 0.95 * me.loss_average + 0.05 * per_sample;
+    ++me.loss_steps;
   }
 
   eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
@@ -842,7 +898,20 @@ class trainer {
             .workers = options_.workers,
             .optimizer = optimizer_type::name,
             .dense_optimizer = dense_optimizer_type::name,
-            .strategy = strategy_name};
+            .strategy = strategy_name,
+            .files = checkpoint_files()};
+  }
+  /// The files a checkpoint of this run holds beside state.ckpt (see write_checkpoint).
+  [[nodiscard]] std::vector<std::string> checkpoint_files() const {
+    std::vector<std::string> files;
+    if constexpr (!traits::dense_on_ps) files.push_back("rows-worker-0.ckpt");
+    if constexpr (worker_residuals)
+      for (int w = 0; w < options_.workers; ++w)
+        files.push_back(cat("worker-", w, ".ckpt"));
+    if constexpr (on_ps)
+      for (int s = 0; s < roles_->servers(); ++s)
+        files.push_back(cat("rows-server-", s, ".ckpt"));
+    return files;
   }
   /// A worker keeps a compressor residual (dense path) or push residuals (sparse path).
   static constexpr bool worker_residuals =
@@ -887,6 +956,7 @@ class trainer {
     }
     comm::barrier(t);
     if (t.rank() == 0) dir.publish(step, 2);  // keeps the two newest
+    last_checkpoint_step_.store(step);
     comm::barrier(t);
   }
 
@@ -896,6 +966,7 @@ class trainer {
   std::size_t load_checkpoint(int rank, const std::filesystem::path& dir) {
     const auto saved = checkpoint_meta::read(dir / "state.ckpt");
     saved.check_resumable_as(run_meta(0), dir);
+    saved.check_complete(dir);
     worker_state* me =
         is_worker(rank) ? workers_[static_cast<std::size_t>(worker_index(rank))].get() : nullptr;
     std::vector<row_shape> shapes;
@@ -938,6 +1009,7 @@ class trainer {
       }
     }
     if (rank == 0) log_line(cat("resumed from ", dir.string(), " at step ", saved.step));
+    last_checkpoint_step_.store(static_cast<std::size_t>(saved.step));
     return static_cast<std::size_t>(saved.step);
   }
 
@@ -957,6 +1029,10 @@ class trainer {
   hosted_servers<server_type> servers_;  ///< PS strategies: the server ranks of this process
   std::unique_ptr<progress> progress_;
   int local_rank_ = -1;
+  static constexpr std::size_t no_checkpoint = static_cast<std::size_t>(-1);
+  /// Step of the newest checkpoint written or resumed from in this run (the divergence guard
+  /// names it); ranks of one process share it.
+  mutable std::atomic<std::size_t> last_checkpoint_step_{no_checkpoint};
   workers_endpoint_type workers_endpoint_{};  ///< foreign_allreduce: this worker's endpoint
 };
 
