@@ -46,11 +46,10 @@ struct window {
 enum class conv_engine { onednn, im2col };
 
 /// True when this build links oneDNN (CMake found libdnnl-dev: `STRATA_HAS_ONEDNN`).
-inline constexpr bool onednn_available =
 #ifdef STRATA_HAS_ONEDNN
-    true;
+inline constexpr bool onednn_available = true;
 #else
-    false;
+inline constexpr bool onednn_available = false;
 #endif
 
 /// The engine a new conv2d uses: oneDNN when available.

@@ -797,19 +797,18 @@ class trainer {
   void guard_divergence(worker_state& me, const step_buffers& b, double loss, std::size_t n,
                         std::size_t step) {
     std::string what;
+    const std::span<const float> grads = me.model.gradients();
     if (!std::isfinite(loss)) {
       what = cat("the loss is ", loss);
-    } else if (const std::span<const float> grads = me.model.gradients();
-               !strata::detail::all_finite(grads)) {
-      const std::size_t at = strata::detail::first_non_finite(grads);
+    } else if (const std::size_t at = strata::detail::first_non_finite(grads); at < grads.size()) {
       what = cat("dense gradient ", at, " is ", grads[at]);
     } else {
       for (std::size_t t = 0; t < tables_.size() && what.empty(); ++t) {
         const auto& g = b.row_grads[t];
         const std::span<const float> values(g.data(), g.rows() * g.cols());
-        if (const std::size_t at = strata::detail::first_non_finite(values); at < values.size())
+        if (const std::size_t bad = strata::detail::first_non_finite(values); bad < values.size())
           what = cat("the gradient of table ", t, " ('", tables_[t].name, "') row of key ",
-                     b.keys[t][at / g.cols()], " is ", values[at]);
+                     b.keys[t][bad / g.cols()], " is ", values[bad]);
       }
     }
     if (!what.empty()) {
