@@ -1,7 +1,7 @@
 # Shared by scripts/test.sh and scripts/demo.sh: installs the Debian packages strata needs.
 # shellcheck shell=bash
 
-strata_packages=(g++ cmake ninja-build libtbb-dev catch2 libeigen3-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev)
+strata_packages=(g++ cmake ninja-build libtbb-dev catch2 libeigen3-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libblas-dev libopenblas0-pthread)
 
 strata_install_packages() {
   local missing=()

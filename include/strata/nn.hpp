@@ -6,6 +6,8 @@
 #include "strata/nn/activations.hpp"
 #include "strata/nn/common.hpp"
 #include "strata/nn/concat.hpp"
+#include "strata/nn/gemm.hpp"
+#include "strata/nn/gemm_engine.hpp"
 #include "strata/nn/interaction.hpp"
 #include "strata/nn/linear.hpp"
 #include "strata/nn/loss.hpp"

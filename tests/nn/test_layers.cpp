@@ -66,6 +66,14 @@ std::vector<double> ref_linear(const std::vector<double>& x, const std::vector<d
   return y;
 }
 
+/// The GEMM engines this build has (Eigen always).
+std::vector<nn::gemm_engine> built_gemm_engines() {
+  std::vector<nn::gemm_engine> engines;
+  for (const auto e : {nn::gemm_engine::eigen, nn::gemm_engine::onednn, nn::gemm_engine::cblas})
+    if (nn::gemm_available(e)) engines.push_back(e);
+  return engines;
+}
+
 double dot(const std::vector<double>& a, const std::vector<float>& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i)
@@ -76,9 +84,12 @@ double dot(const std::vector<double>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("linear forward and backward match float64 finite differences", "[nn][linear]") {
+  const auto engine = GENERATE(from_range(built_gemm_engines()));
+  INFO("GEMM engine " << nn::to_string(engine));
   const std::size_t rows = 5, in = 7, out = 3;
   nn::parameter_set ps;
   nn::linear layer(ps, in, out, "fc");
+  layer.set_engine(engine);
   ps.allocate(7);
   auto x = random_values(rows * in, 1);
   auto r = random_values(rows * out, 2);  // L = Σ r ⊙ y
@@ -125,9 +136,12 @@ TEST_CASE("linear forward and backward match float64 finite differences", "[nn][
 }
 
 TEST_CASE("linear on a parallel-size batch equals row-by-row results", "[nn][linear]") {
-  const std::size_t rows = 300, in = 20, out = 70;  // 2 dW chunks, 3 row blocks
+  const auto engine = GENERATE(from_range(built_gemm_engines()));
+  INFO("GEMM engine " << nn::to_string(engine));
+  const std::size_t rows = 300, in = 20, out = 70;  // 2 dW chunks, 5 row blocks
   nn::parameter_set ps;
   nn::linear layer(ps, in, out, "fc");
+  layer.set_engine(engine);
   ps.allocate(3);
   const auto x = random_values(rows * in, 5);
   const auto dy = random_values(rows * out, 6);

@@ -52,6 +52,8 @@ class dlrm {
     top.insert(top.end(), c.top_mlp.begin(), c.top_mlp.end());
     bottom_ = nn::mlp(params_, bottom, true, "bottom");
     top_ = nn::mlp(params_, top, false, "top");
+    bottom_.set_gemm_engine(c.gemm);
+    top_.set_gemm_engine(c.gemm);
     params_.allocate(c.seed);
   }
 

@@ -9,6 +9,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/models/criteo_kaggle.hpp"
+#include "strata/nn/gemm_engine.hpp"
 
 namespace strata::models {
 
@@ -26,6 +27,10 @@ struct dlrm_config {
   /// Output sizes of the top MLP's layers (its input is d + (F+1)F/2); the last must be 1.
   std::vector<std::size_t> top_mlp = {512, 256, 1};
   std::uint64_t seed = 0;  ///< initialisation seed of the dense parameters
+  /// The library multiplying the MLPs' matrices on the CPU (nn/gemm.hpp; cuda::dlrm uses
+  /// cuBLAS whatever this says). Engines agree up to float rounding, not bitwise: runs that
+  /// must reproduce each other bitwise use the same one.
+  nn::gemm_engine gemm = nn::default_gemm_engine;
 };
 
 namespace detail {
@@ -38,6 +43,7 @@ inline void check_dlrm_config(const char* who, const dlrm_config& c) {
                  " (its output meets the embeddings in the dot interaction)");
   STRATA_EXPECTS(!c.top_mlp.empty() && c.top_mlp.back() == 1, who,
                  ": the top MLP must end in 1 output (the logit)");
+  nn::expect_gemm_available(c.gemm, who);
 }
 }  // namespace detail
 

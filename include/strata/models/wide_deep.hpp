@@ -49,6 +49,8 @@ class wide_deep {
     /// Output sizes of the deep MLP's layers (its input is D + F·d); the last must be 1.
     std::vector<std::size_t> deep_mlp = {256, 128, 1};
     std::uint64_t seed = 0;  ///< initialisation seed of the dense parameters
+    /// The library multiplying the deep MLP's matrices (nn/gemm.hpp).
+    nn::gemm_engine gemm = nn::default_gemm_engine;
   };
 
   wide_deep() : wide_deep(config{}) {}
@@ -66,6 +68,7 @@ class wide_deep {
     std::vector<std::size_t> sizes = {deep_input_cols()};
     sizes.insert(sizes.end(), c.deep_mlp.begin(), c.deep_mlp.end());
     deep_ = nn::mlp(params_, sizes, false, "deep");
+    deep_.set_gemm_engine(c.gemm);
     params_.allocate(c.seed);
   }
 

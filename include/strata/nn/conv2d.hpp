@@ -18,6 +18,7 @@
 #include "strata/nn/common.hpp"
 #include "strata/nn/detail/onednn_conv.hpp"
 #include "strata/nn/feature_map.hpp"
+#include "strata/nn/gemm.hpp"
 #include "strata/nn/parameters.hpp"
 
 namespace strata::nn {
@@ -44,13 +45,6 @@ struct window {
 /// How a conv2d computes: oneDNN's convolution primitives (direct, JIT-compiled for this
 /// machine's ISA) or im2col + Eigen GEMM (every build; the reference the tests compare with).
 enum class conv_engine { onednn, im2col };
-
-/// True when this build links oneDNN (CMake found libdnnl-dev: `STRATA_HAS_ONEDNN`).
-#ifdef STRATA_HAS_ONEDNN
-inline constexpr bool onednn_available = true;
-#else
-inline constexpr bool onednn_available = false;
-#endif
 
 /// The engine a new conv2d uses: oneDNN when available.
 inline constexpr conv_engine default_conv_engine =

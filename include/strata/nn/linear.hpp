@@ -10,6 +10,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/matrix.hpp"
 #include "strata/nn/common.hpp"
+#include "strata/nn/gemm.hpp"
 #include "strata/nn/parameters.hpp"
 
 namespace strata::nn {
@@ -26,12 +27,14 @@ enum class input_grad { plain, through_relu };
 /// (xavier_uniform) and "<name>.bias" (fan_in_uniform) it registered in a parameter_set, and
 /// every call takes the set's flat values (and gradients) span.
 ///
-/// Cost: forward 2·batch·in·out flops; backward 4·batch·in·out (2 without dx). All products
-/// are Eigen GEMMs. Parallel (oneTBB) over fixed 128-row blocks for batch ≥ 256: dX and y row
-/// blocks are independent, dW = dYᵀX is split over fixed chunks of output rows, each one
-/// GEMM over the whole batch, and db is one column sum — so results are bitwise identical
-/// whatever the thread count. Const and re-entrant: concurrent calls on distinct buffers are
-/// safe.
+/// Cost: forward 2·batch·in·out flops; backward 4·batch·in·out (2 without dx). Products run on
+/// the layer's GEMM engine (`set_engine`, default `default_gemm_engine`: oneDNN, CBLAS or
+/// Eigen, see nn/gemm.hpp), single-threaded per block; the bias is the GEMM's initial output
+/// (beta = 1), the ReLU one pass over the block while it is in cache. Parallel (oneTBB) over fixed
+/// 128-row blocks for batch ≥ 256: dX and y row blocks are independent, dW = dYᵀX is split over
+/// fixed chunks of output rows, each one GEMM over the whole batch, and db is one column sum — so
+/// results are bitwise identical whatever the thread count. Const and re-entrant: concurrent calls
+/// on distinct buffers are safe.
 class linear {
  public:
   /// Rows of dW computed by one task.
@@ -51,6 +54,15 @@ class linear {
   [[nodiscard]] std::size_t out() const noexcept { return out_; }
   [[nodiscard]] std::size_t weight_offset() const noexcept { return weight_offset_; }
   [[nodiscard]] std::size_t bias_offset() const noexcept { return bias_offset_; }
+  /// The library computing this layer's products.
+  [[nodiscard]] gemm_engine engine() const noexcept { return engine_; }
+  /// Chooses the library computing this layer's products; errc::unsupported when this build
+  /// lacks it. Every engine gives the same values up to float rounding; each one is bitwise
+  /// independent of the thread count.
+  void set_engine(gemm_engine engine) {
+    expect_gemm_available(engine, "linear::set_engine");
+    engine_ = engine;
+  }
   /// W as an out × in view into a flat buffer (values or gradients).
   template <class T>
   [[nodiscard]] matrix_view<T> weight(std::span<T> flat) const {
@@ -69,16 +81,14 @@ class linear {
                activation act = activation::none) const {
     detail::expect_shape("linear::forward", "x", x, x.rows(), in_);
     detail::expect_shape("linear::forward", "y", y, x.rows(), out_);
-    const auto w = detail::as_eigen(weight(params));
+    const matrix_view<const float> w = weight(params);
     const auto b = detail::as_vector(bias(params)).transpose();
     detail::for_row_blocks(x.rows(), [&](std::size_t first, std::size_t count) {
-      const auto xb = detail::as_eigen(x.rows_slice(first, count));
-      auto yb = detail::as_eigen(y.rows_slice(first, count));
-      yb.noalias() = xb * w.transpose();
-      if (act == activation::relu)
-        yb = (yb.rowwise() + b).cwiseMax(0.0f).eval();
-      else
-        yb.rowwise() += b;
+      const matrix_view<float> yb = y.rows_slice(first, count);
+      auto ye = detail::as_eigen(yb);
+      ye.rowwise() = b;
+      detail::gemm(engine_, x.rows_slice(first, count), false, w, true, 1.0f, yb);
+      if (act == activation::relu) ye = ye.cwiseMax(0.0f);
     });
   }
 
@@ -111,10 +121,9 @@ class linear {
     detail::expect_shape("linear::backward", "x", x, x.rows(), in_);
     detail::expect_shape("linear::backward", "dy", dy, x.rows(), out_);
     const std::size_t rows = x.rows();
-    const auto w = detail::as_eigen(weight(params));
-    auto dw = detail::as_eigen(weight(grads));
+    const matrix_view<const float> w = weight(params);
+    const matrix_view<float> dw = weight(grads);
     auto db = detail::as_vector(bias(grads));
-    const auto xe = detail::as_eigen(x);
     const auto dye = detail::as_eigen(dy);
     // Tasks: [0, w_tasks) dW row chunks, then one db task, then dX row blocks.
     const std::size_t w_tasks = (out_ + dw_chunk - 1) / dw_chunk;
@@ -124,13 +133,11 @@ class linear {
     const std::size_t x_count = parallel ? x_tasks : (dx != nullptr && rows > 0 ? 1 : 0);
     detail::run_tasks(w_tasks + 1 + x_count, parallel, [&](std::size_t task) {
       if (task < w_tasks) {
-        const auto first = static_cast<Eigen::Index>(task * dw_chunk);
-        const auto count = std::min<Eigen::Index>(static_cast<Eigen::Index>(dw_chunk),
-                                                  static_cast<Eigen::Index>(out_) - first);
-        if (rows == 0)
-          dw.middleRows(first, count).setZero();
-        else
-          dw.middleRows(first, count).noalias() = dye.middleCols(first, count).transpose() * xe;
+        const std::size_t first = task * dw_chunk;
+        const std::size_t count = std::min(dw_chunk, out_ - first);
+        // dW rows [first, first + count) = dY[:, first:first + count]ᵀ · x
+        const matrix_view<const float> dy_cols(dy.data() + first, rows, count, dy.stride());
+        detail::gemm(engine_, dy_cols, true, x, false, 0.0f, dw.rows_slice(first, count));
       } else if (task == w_tasks) {
         if (rows == 0)
           db.setZero();
@@ -139,8 +146,9 @@ class linear {
       } else {
         const std::size_t first = (task - w_tasks - 1) * x_block;
         const std::size_t count = std::min(x_block, rows - first);
-        auto dxb = detail::as_eigen(dx->rows_slice(first, count));
-        dxb.noalias() = detail::as_eigen(dy.rows_slice(first, count)) * w;
+        const matrix_view<float> dx_block = dx->rows_slice(first, count);
+        detail::gemm(engine_, dy.rows_slice(first, count), false, w, false, 0.0f, dx_block);
+        auto dxb = detail::as_eigen(dx_block);
         if (mode == input_grad::through_relu)
           dxb.array() = (detail::as_eigen(x.rows_slice(first, count)).array() > 0.0f)
                             .select(dxb.array(), 0.0f);
@@ -152,6 +160,7 @@ class linear {
   std::size_t out_ = 0;
   std::size_t weight_offset_ = 0;
   std::size_t bias_offset_ = 0;
+  gemm_engine engine_ = default_gemm_engine;
 };
 
 }  // namespace strata::nn

@@ -42,6 +42,11 @@ class mlp {
   [[nodiscard]] std::size_t in() const noexcept { return layers_.front().in(); }
   [[nodiscard]] std::size_t out() const noexcept { return layers_.back().out(); }
   [[nodiscard]] const std::vector<linear>& layers() const noexcept { return layers_; }
+  /// Chooses the GEMM library of every layer (linear::set_engine).
+  void set_gemm_engine(gemm_engine engine) {
+    for (auto& layer : layers_)
+      layer.set_engine(engine);
+  }
 
   /// Runs the network on x (batch × in); returns the batch × out output (valid until the
   /// next forward).

@@ -19,8 +19,6 @@
 
 #ifdef STRATA_HAS_ONEDNN
 
-#include <dlfcn.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -34,36 +32,10 @@
 
 #include "strata/core/buffer.hpp"
 #include "strata/core/error.hpp"
+#include "strata/nn/detail/onednn.hpp"
 #include "strata/nn/feature_map.hpp"
 
 namespace strata::nn::detail {
-
-/// Makes oneDNN run on the calling thread only (see the file comment). Cheap after the
-/// first call on a thread.
-inline void onednn_on_this_thread_only() {
-#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
-  using set_threads_fn = void (*)(int);
-  static const auto set_threads =
-      reinterpret_cast<set_threads_fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  thread_local const bool done = [] {
-    if (set_threads != nullptr) set_threads(1);
-    return true;
-  }();
-  (void)done;
-#endif
-}
-
-/// The process's oneDNN CPU engine.
-inline const dnnl::engine& onednn_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-/// The calling thread's oneDNN stream on `onednn_engine()`.
-inline dnnl::stream& onednn_stream() {
-  thread_local dnnl::stream stream(onednn_engine());
-  return stream;
-}
 
 /// Geometry of one convolution layer, as conv2d knows it.
 struct conv_geometry {
