@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/core/cli.hpp"
 #include "strata/data/criteo.hpp"
 #include "strata/data/synthetic.hpp"
 #include "strata/embedding/local.hpp"
@@ -62,10 +64,12 @@ struct flags {
   std::string compressor = "int8";
   std::string data, eval_data;
   std::size_t synthetic = 200'000;
+  bool synthetic_given = false;
   std::size_t eval_samples = 20'000;
   std::uint64_t table_rows = 100'000;
   std::uint64_t distinct_ids = 200;
   std::size_t dim = 16;
+  nn::gemm_engine gemm = nn::default_gemm_engine;  ///< --gemm: the MLPs' matrix library
   /// --lr; 0 = the model's default: DLRM Adagrad 0.02 (larger rates, e.g. 0.05, throw the
   /// loss up in the first steps while Adagrad's accumulators are empty), Wide & Deep FTRL 0.05.
   float lr = 0.0f;  ///< the tables' learning rate (0 = the model's default)
@@ -108,6 +112,10 @@ struct flags {
       "  --table-rows R (hash buckets per feature) --dim D\n"
       "  --distinct-ids K (synthetic: ids per categorical feature, Zipf-distributed)\n"
       "  --checkpoint-dir DIR --checkpoint-every STEPS --resume\n"
+      "                                (a job locks DIR for its run; a fresh run refuses a DIR\n"
+      "                                that holds checkpoints: continue them with --resume)\n"
+      "  --resume-from CKPT              start from this checkpoint (a step-N folder: the way out\n"
+      "                                of a damaged 'latest'), write new ones to --checkpoint-dir\n"
       "  --no-divergence-guard           keep training through a non-finite loss or gradient\n"
       "                                (by default the run stops at that step, names the last\n"
       "                                good checkpoint; no checkpoint is ever written from\n"
@@ -117,6 +125,9 @@ struct flags {
       "                                they read the servers' rows directly when no link,\n"
       "                                straggler or fault is emulated; same results)\n"
       "  --tiny                          small MLPs (quick runs)\n"
+      "  --gemm cblas|onednn|eigen       library for the MLPs' matrix products (default: cblas\n"
+      "                                when built with libblas-dev, else eigen; engines agree up\n"
+      "                                to float rounding)\n"
       "  --gpu DEVICE                    DLRM's dense part on this CUDA device (cuda::dlrm; every\n"
       "                                worker shares it; tables stay on the CPU / servers)\n"
       "  --crash-rank R --crash-after-sends N   fault rehearsal: rank R fails on its N-th send\n"
@@ -127,6 +138,51 @@ struct flags {
   std::exit(code);
 }
 
+/// Creates `dir` if needed and proves it writable, before any data is read or any step runs
+/// (a checkpoint target found unusable after training would lose the whole run).
+void check_checkpoint_dir(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    fail(errc::invalid_argument, cat("--checkpoint-dir ", dir.string(),
+                                     " exists and is not a directory; name a directory"));
+  fs::create_directories(dir, ec);
+  if (ec)
+    fail(errc::io_error, cat("--checkpoint-dir ", dir.string(), ": cannot create it (",
+                             ec.message(), "); name a directory you can write"));
+  const fs::path probe = dir / cat(".write-test-", ::getpid());
+  {
+    std::ofstream out(probe);
+    out << "strata";
+    if (!out.good())
+      fail(errc::io_error, cat("--checkpoint-dir ", dir.string(),
+                               ": cannot write into it; name a directory you can write"));
+  }
+  fs::remove(probe, ec);
+}
+
+/// Refuses, before anything is allocated, embedding tables that cannot fit this machine's
+/// memory: one copy of every table row plus its row-wise Adagrad state, split over the server
+/// processes when tables live on servers of an MPI job.
+void check_table_memory(const flags& f, int table_holders) {
+  const double features = 26;  // both models' Criteo layout
+  const double floats_per_feature =
+      static_cast<double>(f.dim + 1) + (f.model == "wide_deep" ? 2.0 : 0.0);
+  const double bytes = features * static_cast<double>(f.table_rows) * floats_per_feature *
+                       sizeof(float) / table_holders;
+  const double memory =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory)
+    fail(errc::out_of_range,
+         cat("--table-rows ", f.table_rows, " --dim ", f.dim, ": the embedding tables need ",
+             bytes / (1 << 30), " GiB per process (26 tables x ", f.table_rows, " rows x ",
+             floats_per_feature, " floats",
+             table_holders > 1 ? cat(" / ", table_holders, " servers") : "",
+             ") but this machine has ", memory / (1 << 30),
+             " GiB; lower --table-rows or --dim, or spread the tables over more server processes "
+             "(mpiexec with --servers)"));
+}
+
 flags parse(int argc, char** argv) {
   flags f;
   f.options.epochs = 1;
@@ -134,6 +190,8 @@ flags parse(int argc, char** argv) {
   f.options.servers = 2;
   f.options.eval_every = 0;
   double link_gbps = 0, link_latency_us = 0;
+  constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint64_t many = std::uint64_t{1} << 40;  // counts no run here reaches
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const auto value = [&]() -> std::string {
@@ -141,94 +199,91 @@ flags parse(int argc, char** argv) {
         fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
       return argv[++i];
     };
-    const auto number = [&]() {
-      const std::string v = value();
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0')
-        fail(errc::invalid_argument, cat("flag ", a, " needs a number, got '", v, "'"));
-      return x;
+    // Every number is checked whole and in range (strata::cli): nothing is narrowed or wrapped.
+    const auto integer = [&]<class T>(T lo, T hi) {
+      return cli::parse_integer<T>(a, value(), lo, hi);
     };
-    const auto count = [&]() {
-      const double x = number();
-      if (x < 0 || x != static_cast<double>(static_cast<std::uint64_t>(x)))
-        fail(errc::invalid_argument, cat("flag ", a, " needs a non-negative integer"));
-      return static_cast<std::uint64_t>(x);
-    };
+    const auto real = [&](cli::real_range range) { return cli::parse_real(a, value(), range); };
+    const cli::real_range learning_rate{0.0, 1e3, true};
     if (a == "--help" || a == "-h")
       usage(0);
     else if (a == "--model")
-      f.model = value();
+      f.model = cli::parse_name(a, value(), {"dlrm", "wide_deep"});
     else if (a == "--strategy")
-      f.strategy = value();
+      f.strategy = cli::parse_name(a, value(), {"auto", "allreduce", "ps", "hybrid"});
     else if (a == "--consistency")
-      f.consistency = value();
+      f.consistency = cli::parse_name(a, value(), {"sync", "async", "bounded"});
     else if (a == "--compressor")
-      f.compressor = value();
+      f.compressor = cli::parse_name(a, value(), {"none", "fp16", "int8"});
     else if (a == "--workers")
-      f.options.workers = static_cast<int>(count());
+      f.options.workers = integer(1, 1024);
     else if (a == "--servers")
-      f.options.servers = static_cast<int>(count());
+      f.options.servers = integer(0, 1024);
     else if (a == "--server-threads")
-      f.options.server_threads = static_cast<int>(count());
+      f.options.server_threads = integer(1, 1024);
     else if (a == "--batch")
-      f.global_batch = count();
-    else if (a == "--lr") {
-      f.lr = static_cast<float>(number());
-      STRATA_EXPECTS(f.lr > 0.0f, "--lr must be positive, got ", f.lr);
-    } else if (a == "--dense-lr") {
-      f.dense_lr = static_cast<float>(number());
-      STRATA_EXPECTS(f.dense_lr > 0.0f, "--dense-lr must be positive, got ", f.dense_lr);
-    } else if (a == "--epochs")
-      f.options.epochs = count();
+      f.global_batch = integer(std::size_t{1}, std::size_t{1} << 24);
+    else if (a == "--lr")
+      f.lr = static_cast<float>(real(learning_rate));
+    else if (a == "--dense-lr")
+      f.dense_lr = static_cast<float>(real(learning_rate));
+    else if (a == "--epochs")
+      f.options.epochs = integer(std::size_t{1}, std::size_t{1'000'000});
     else if (a == "--max-steps")
-      f.options.max_steps = count();
+      f.options.max_steps = integer(std::size_t{0}, std::size_t{many});
     else if (a == "--seed")
-      f.options.seed = count();
+      f.options.seed = integer(std::uint64_t{0}, u64_max);
     else if (a == "--data")
       f.data = value();
     else if (a == "--eval-data")
       f.eval_data = value();
     else if (a == "--skip-bad-lines")
       f.skip_bad_lines = true;
-    else if (a == "--synthetic")
-      f.synthetic = count();
-    else if (a == "--eval-samples")
-      f.eval_samples = count();
+    else if (a == "--synthetic") {
+      f.synthetic = integer(std::size_t{1}, std::size_t{1'000'000'000});
+      f.synthetic_given = true;
+    } else if (a == "--eval-samples")
+      f.eval_samples = integer(std::size_t{0}, std::size_t{1'000'000'000});
     else if (a == "--eval-every")
-      f.options.eval_every = count();
+      f.options.eval_every = integer(std::size_t{0}, std::size_t{many});
     else if (a == "--table-rows")
-      f.table_rows = count();
+      f.table_rows = integer(std::uint64_t{1}, many);
     else if (a == "--distinct-ids")
-      f.distinct_ids = count();
+      f.distinct_ids = integer(std::uint64_t{1}, many);
     else if (a == "--dim")
-      f.dim = count();
+      f.dim = integer(std::size_t{1}, std::size_t{4096});
     else if (a == "--checkpoint-dir")
       f.options.checkpoint_dir = value();
     else if (a == "--checkpoint-every")
-      f.options.checkpoint_every = count();
+      f.options.checkpoint_every = integer(std::size_t{0}, std::size_t{many});
     else if (a == "--resume")
       f.options.resume = true;
-    else if (a == "--link-gbps")
-      link_gbps = number();
-    else if (a == "--link-latency-us")
-      link_latency_us = number();
+    else if (a == "--resume-from")
+      f.options.resume_from = value();
+    else if (a == "--link-gbps")  // 1 Mbit/s .. 10 Tbit/s
+      link_gbps = real({1e-3, 1e4});
+    else if (a == "--link-latency-us")  // up to 10 s
+      link_latency_us = real({0.0, 1e7});
     else if (a == "--pull-messages")
       f.options.in_process_pulls = false;
     else if (a == "--no-divergence-guard")
       f.options.divergence_guard = false;
     else if (a == "--tiny")
       f.tiny = true;
-    else if (a == "--gpu")
-      f.gpu = static_cast<int>(count());
+    else if (a == "--gemm") {
+      const auto name = cli::parse_name(a, value(), {"cblas", "onednn", "eigen"});
+      f.gemm = *nn::parse_gemm_engine(name);
+      nn::expect_gemm_available(f.gemm, "--gemm");
+    } else if (a == "--gpu")
+      f.gpu = integer(0, 63);
     else if (a == "--report-json")
       f.report_json = value();
     else if (a == "--no-progress")
       f.options.progress = false;
     else if (a == "--crash-rank")
-      f.crash_rank = static_cast<int>(count());
+      f.crash_rank = integer(0, 1 << 20);
     else if (a == "--crash-after-sends")
-      f.crash_after = count();
+      f.crash_after = integer(std::uint64_t{1}, u64_max);
     else
       fail(errc::invalid_argument, cat("unknown flag '", a, "'; see --help"));
   }
@@ -236,10 +291,29 @@ flags parse(int argc, char** argv) {
   f.options.link.latency_seconds = link_latency_us * 1e-6;
   f.options.fail_rank = f.crash_rank;
   f.options.fail_on_send = f.crash_after;
-  STRATA_EXPECTS(f.table_rows >= 1, "--table-rows must be at least 1");
-  STRATA_EXPECTS(f.dim >= 1, "--dim must be at least 1");
   STRATA_EXPECTS(f.gpu < 0 || f.model == "dlrm",
                  "--gpu: only --model dlrm has a GPU model (cuda::dlrm); drop --gpu for ", f.model);
+  STRATA_EXPECTS((f.crash_rank < 0) == (f.crash_after == 0),
+                 "--crash-rank R and --crash-after-sends N go together (fault rehearsal: rank R "
+                 "fails on its N-th send); pass both or neither");
+  STRATA_EXPECTS(f.strategy != "allreduce" || f.consistency == "sync",
+                 "--strategy allreduce is always synchronous; use --consistency sync");
+  STRATA_EXPECTS(f.data.empty() || !f.synthetic_given,
+                 "--data and --synthetic both given: train on one of them");
+  STRATA_EXPECTS(f.eval_data.empty() || !f.data.empty(),
+                 "--eval-data needs --data (synthetic runs generate their own eval rows)");
+  STRATA_EXPECTS(!f.options.resume || !f.options.checkpoint_dir.empty(),
+                 "--resume needs --checkpoint-dir DIR (the directory to resume from)");
+  STRATA_EXPECTS(!f.options.resume || f.options.resume_from.empty(),
+                 "--resume and --resume-from both given: --resume-from names the checkpoint, "
+                 "drop --resume");
+  if (!f.options.resume_from.empty() &&
+      !std::filesystem::exists(f.options.resume_from / "state.ckpt") &&
+      !std::filesystem::exists(f.options.resume_from / "latest"))
+    fail(errc::invalid_argument,
+         cat("--resume-from ", f.options.resume_from.string(),
+             " is not a checkpoint (no state.ckpt) nor a checkpoint directory (no latest)"));
+  if (!f.options.checkpoint_dir.empty()) check_checkpoint_dir(f.options.checkpoint_dir);
   return f;
 }
 
@@ -498,10 +572,19 @@ int main(int argc, char** argv) {
                    f.global_batch, " is the global batch and must split evenly over ",
                    f.options.workers, " workers; pass a multiple of ", f.options.workers);
     f.options.batch = f.global_batch / static_cast<std::size_t>(f.options.workers);
+    check_table_memory(f, f.process != nullptr && f.strategy != "allreduce" && f.options.servers > 0
+                              ? f.options.servers
+                              : 1);
     const datasets d = load_data(f);
     STRATA_EXPECTS(d.train.size() > 0, "no training data");
+    if (const std::size_t available = f.options.epochs * (d.train.size() / f.global_batch);
+        f.options.max_steps > available && f.leader())
+      log_line(cat("--max-steps ", f.options.max_steps, " is beyond the data: ", f.options.epochs,
+                   " epoch(s) of ", d.train.size() / f.global_batch, " steps; training stops at ",
+                   available, " (raise --epochs to train longer)"));
     if (f.model == "dlrm") {
       models::dlrm::config c;
+      c.gemm = f.gemm;
       c.embedding_dim = f.dim;
       c.table_rows = {f.table_rows};
       c.bottom_mlp.back() = f.dim;
@@ -531,6 +614,7 @@ int main(int argc, char** argv) {
       }
     } else if (f.model == "wide_deep") {
       models::wide_deep::config c;
+      c.gemm = f.gemm;
       c.deep_dim = f.dim;
       c.table_rows = {f.table_rows};
       if (f.tiny) c.deep_mlp = {64, 1};
@@ -545,6 +629,12 @@ int main(int argc, char** argv) {
       fail(errc::invalid_argument, cat("--model must be dlrm or wide_deep, got '", f.model, "'"));
     }
     return 0;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "ctr_train: out of memory — the tables (--table-rows x --dim) or the data "
+                 "(--synthetic / --data rows) do not fit; lower them, or spread the tables over "
+                 "more server processes (mpiexec with --servers)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ctr_train: %s\n", e.what());
     return 1;

@@ -17,8 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +28,7 @@
 #include "strata/compress/compressed_allreduce.hpp"
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/core/cli.hpp"
 #include "strata/core/progress.hpp"
 #include "strata/core/timer.hpp"
 #include "strata/data/augment.hpp"
@@ -51,64 +52,75 @@ struct flags {
               optimizer = "momentum", csv;
   bool local_bn = false, augment = false;
 
+  [[noreturn]] static void usage(int code) {
+    std::printf(
+        "usage: resnet_train [flags]\n"
+        "  --workers N         data-parallel workers (threads), 1..256 (default 2)\n"
+        "  --batch B           global batch, split over the workers (default 128)\n"
+        "  --epochs E          (default 1)\n"
+        "  --lr LR             learning rate, (0, 100] (default 0.1)\n"
+        "  --depth-n N         ResNet-(6N+2) (default 3: ResNet-20)\n"
+        "  --train-limit N --test-limit N   use the first N images only (0 = all)\n"
+        "  --data-dir DIR      Fashion-MNIST IDX files (default %s)\n"
+        "  --seed S\n"
+        "  --compress none|fp16|int8        gradients on the wire (int8: error feedback)\n"
+        "  --optimizer momentum|adam\n"
+        "  --local-bn          batch-norm statistics per worker (default: synchronised)\n"
+        "  --augment           random crop (2 px) and flip, keyed by (seed, epoch, image)\n"
+        "  --csv PATH          per-epoch results\n",
+        data::fashion_mnist_dir.string().c_str());
+    std::exit(code);
+  }
+
   static flags parse(int argc, char** argv) {
     flags f;
-    std::map<std::string, std::string> kv;
     for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--local-bn") {
+      const std::string_view a = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc)
+          fail(errc::invalid_argument, cat("resnet_train: flag ", a, " needs a value; see --help"));
+        return argv[++i];
+      };
+      // Strict values (strata::cli): whole numbers in range, finite reals, known names.
+      const auto count = [&](std::size_t lo, std::size_t hi) {
+        return cli::parse_integer<std::size_t>(a, value(), lo, hi);
+      };
+      if (a == "--help" || a == "-h")
+        usage(0);
+      else if (a == "--local-bn")
         f.local_bn = true;
-        continue;
-      }
-      if (a == "--augment") {
+      else if (a == "--augment")
         f.augment = true;
-        continue;
-      }
-      if (a.rfind("--", 0) != 0 || i + 1 >= argc)
-        fail(errc::invalid_argument, cat("resnet_train: unknown or incomplete flag '", a,
-                                         "' (see the header of examples/resnet_train.cpp)"));
-      kv[a] = argv[++i];
+      else if (a == "--workers")
+        f.workers = cli::parse_integer<int>(a, value(), 1, 256);
+      else if (a == "--batch")
+        f.batch = count(1, std::size_t{1} << 20);
+      else if (a == "--epochs")
+        f.epochs = count(1, 100'000);
+      else if (a == "--depth-n")
+        f.depth_n = count(1, 200);
+      else if (a == "--train-limit")
+        f.train_limit = count(0, std::size_t{1} << 40);
+      else if (a == "--test-limit")
+        f.test_limit = count(0, std::size_t{1} << 40);
+      else if (a == "--lr")
+        f.lr = static_cast<float>(cli::parse_real(a, value(), {0.0, 100.0, true}));
+      else if (a == "--seed")
+        f.seed = cli::parse_integer<std::uint64_t>(a, value(), 0, ~std::uint64_t{0});
+      else if (a == "--data-dir")
+        f.data_dir = value();
+      else if (a == "--compress")
+        f.compress = cli::parse_name(a, value(), {"none", "fp16", "int8"});
+      else if (a == "--optimizer")
+        f.optimizer = cli::parse_name(a, value(), {"momentum", "adam"});
+      else if (a == "--csv")
+        f.csv = value();
+      else
+        fail(errc::invalid_argument, cat("resnet_train: unknown flag '", a, "'; see --help"));
     }
-    const auto num = [&](const char* name, auto& out) {
-      if (auto it = kv.find(name); it != kv.end()) {
-        try {
-          if constexpr (std::is_floating_point_v<std::remove_reference_t<decltype(out)>>)
-            out = std::stof(it->second);
-          else
-            out = static_cast<std::remove_reference_t<decltype(out)>>(std::stoull(it->second));
-        } catch (const std::exception&) {
-          fail(errc::invalid_argument,
-               cat("resnet_train: ", name, " needs a number, got '", it->second, "'"));
-        }
-        kv.erase(it);
-      }
-    };
-    const auto str = [&](const char* name, std::string& out) {
-      if (auto it = kv.find(name); it != kv.end()) {
-        out = it->second;
-        kv.erase(it);
-      }
-    };
-    num("--workers", f.workers);
-    num("--batch", f.batch);
-    num("--epochs", f.epochs);
-    num("--depth-n", f.depth_n);
-    num("--train-limit", f.train_limit);
-    num("--test-limit", f.test_limit);
-    num("--lr", f.lr);
-    num("--seed", f.seed);
-    str("--data-dir", f.data_dir);
-    str("--compress", f.compress);
-    str("--optimizer", f.optimizer);
-    str("--csv", f.csv);
-    if (!kv.empty())
-      fail(errc::invalid_argument, cat("resnet_train: unknown flag '", kv.begin()->first, "'"));
-    STRATA_EXPECTS(f.workers >= 1, "resnet_train: --workers must be >= 1");
-    STRATA_EXPECTS(f.compress == "none" || f.compress == "fp16" || f.compress == "int8",
-                   "resnet_train: --compress must be none, fp16 or int8, got '", f.compress, "'");
-    STRATA_EXPECTS(f.optimizer == "momentum" || f.optimizer == "adam",
-                   "resnet_train: --optimizer must be momentum or adam, got '", f.optimizer, "'");
-    STRATA_EXPECTS(f.epochs >= 1, "resnet_train: --epochs must be >= 1");
+    STRATA_EXPECTS(f.batch % static_cast<std::size_t>(f.workers) == 0, "resnet_train: --batch ",
+                   f.batch, " is the global batch and must split evenly over ", f.workers,
+                   " workers");
     return f;
   }
 };

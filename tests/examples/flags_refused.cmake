@@ -1,0 +1,83 @@
+# ctr_train and resnet_train refuse bad flags at once, before any data is read or generated,
+# with a message naming the flag, the value and what is accepted (issue 15's probes). Each case
+# is "expected exit code|expected text|flag|flag..." ('|' separates everything: a ';' would split
+# the case itself into list elements; '~' in the expected text stands for ';'). Run by ctest with
+# -DCTR_TRAIN=... -DRESNET_TRAIN=... -DWORK=<scratch dir>.
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+file(WRITE "${WORK}/a-file" "not a directory")
+set(nodata "--data|${WORK}/no-such-file.tsv")  # a name error must come before the data error
+set(cases
+  "1|--workers: '1e10' is out of range~ accepted: integers 1 .. 1024|--workers|1e10"
+  "1|--workers: '4294967297' is out of range|--workers|4294967297"
+  "1|--batch: '9223372036854775808' is out of range|--batch|9223372036854775808"
+  "1|--link-gbps: '0' is out of range~ accepted: [0.001, 10000]|--link-gbps|0"
+  "1|--link-gbps: '-1' is out of range|--link-gbps|-1"
+  "1|--link-gbps: 'nan' is not finite|--link-gbps|nan"
+  "1|--link-latency-us: '-1000' is out of range|--link-latency-us|-1000"
+  "1|--table-rows: '1e15' is out of range|--table-rows|1e15"
+  "1|the embedding tables need|--table-rows|1e11|--dim|64"
+  "1|--crash-after-sends: '0' is out of range|--crash-rank|1|--crash-after-sends|0"
+  "1|--crash-rank R and --crash-after-sends N go together|--crash-rank|1"
+  "1|--lr: '-1' is out of range~ accepted: (0, 1000|--lr|-1"
+  "1|--dense-lr: 'nan' is not finite|--dense-lr|nan"
+  "1|--epochs: '1.5' is not an integer|--epochs|1.5"
+  "1|--model: 'dlrn' is not accepted~ accepted: dlrm, wide_deep|--model|dlrn|${nodata}"
+  "1|--strategy: 'ring' is not accepted~ accepted: auto, allreduce, ps, hybrid|--strategy|ring|${nodata}"
+  "1|--consistency: 'eventual' is not accepted|--consistency|eventual|${nodata}"
+  "1|--compressor: 'int4' is not accepted~ accepted: none, fp16, int8|--compressor|int4|${nodata}"
+  "1|--gemm: 'mkl' is not accepted~ accepted: cblas, onednn, eigen|--gemm|mkl"
+  "1|--strategy allreduce is always synchronous|--strategy|allreduce|--consistency|async|${nodata}"
+  "1|exists and is not a directory|--checkpoint-dir|${WORK}/a-file|${nodata}"
+  "1|--resume needs --checkpoint-dir|--resume|${nodata}"
+  "1|unknown flag '--worker'|--worker|2"
+  "1|flag --seed needs a value|--seed"
+  "0|usage: ctr_train|--help")
+foreach(case IN LISTS cases)
+  string(REPLACE "|" ";" parts "${case}")
+  list(POP_FRONT parts want_rc want_text)
+  string(REPLACE "~" ";" want_text "${want_text}")
+  execute_process(COMMAND "${CTR_TRAIN}" --no-progress ${parts} RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
+  string(FIND "${out}${err}" "${want_text}" at)
+  if(NOT rc STREQUAL want_rc OR at EQUAL -1)
+    message(FATAL_ERROR "ctr_train ${parts}: exit ${rc} (want ${want_rc}), want the text\n"
+                        "  ${want_text}\ngot:\n${out}${err}")
+  endif()
+endforeach()
+# The checkpoint directory is created (and proven writable) before the data is read.
+execute_process(COMMAND "${CTR_TRAIN}" --checkpoint-dir "${WORK}/new/ckpt"
+                        --data "${WORK}/no-such-file.tsv"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
+if(rc EQUAL 0 OR NOT IS_DIRECTORY "${WORK}/new/ckpt")
+  message(FATAL_ERROR "--checkpoint-dir was not created before the data was read:\n${out}${err}")
+endif()
+# --max-steps beyond the data says so (and trains what there is).
+execute_process(COMMAND "${CTR_TRAIN}" --tiny --synthetic 2000 --eval-samples 200 --batch 100
+                        --workers 1 --table-rows 1000 --max-steps 1000 --no-progress
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+string(FIND "${out}${err}" "--max-steps 1000 is beyond the data: 1 epoch(s) of 20 steps" at)
+if(NOT rc EQUAL 0 OR at EQUAL -1)
+  message(FATAL_ERROR "--max-steps beyond the data: exit ${rc}\n${out}${err}")
+endif()
+
+set(resnet_cases
+  "0|usage: resnet_train|--help"
+  "1|--workers: '0' is out of range~ accepted: integers 1 .. 256|--workers|0"
+  "1|--lr: 'nan' is not finite|--lr|nan"
+  "1|--batch: '-5' is negative|--batch|-5"
+  "1|--compress: 'int4' is not accepted~ accepted: none, fp16, int8|--compress|int4"
+  "1|unknown flag '--epoch'|--epoch|2")
+foreach(case IN LISTS resnet_cases)
+  string(REPLACE "|" ";" parts "${case}")
+  list(POP_FRONT parts want_rc want_text)
+  string(REPLACE "~" ";" want_text "${want_text}")
+  execute_process(COMMAND "${RESNET_TRAIN}" ${parts} RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
+  string(FIND "${out}${err}" "${want_text}" at)
+  if(NOT rc STREQUAL want_rc OR at EQUAL -1)
+    message(FATAL_ERROR "resnet_train ${parts}: exit ${rc} (want ${want_rc}), want the text\n"
+                        "  ${want_text}\ngot:\n${out}${err}")
+  endif()
+endforeach()
+message(STATUS "every bad flag refused with its message")
