@@ -35,6 +35,7 @@ train::checkpoint_meta sample_meta() {
           .optimizer = "adagrad",
           .dense_optimizer = "adam",
           .strategy = "hybrid",
+          .tables = "C1 1000 16\nC2 500 16\n",
           .files = {"rows-worker-0.ckpt", "worker-0.ckpt", "rows-server-0.ckpt"}};
 }
 std::vector<float> values(std::size_t n, float base) {
@@ -61,6 +62,7 @@ TEST_CASE("checkpoint_meta round-trips and refuses another model or other optimi
   CHECK(back.dense_optimizer == "adam");
   CHECK(back.strategy == "hybrid");
   CHECK(back.files == meta.files);
+  CHECK(back.tables == meta.tables);
   // The listed files must all be there, and no unlisted rows/worker file.
   CHECK_THROWS_WITH(back.check_complete(dir), Catch::Contains("is incomplete: rows-worker-0.ckpt"));
   for (const auto& name : meta.files)
@@ -76,11 +78,22 @@ TEST_CASE("checkpoint_meta round-trips and refuses another model or other optimi
   std::filesystem::remove(dir / "worker-0.ckpt");
   CHECK_NOTHROW(old.check_complete(dir));
 
-  // Another strategy, seed and worker count resume; another model or optimizer does not.
+  // Another strategy and worker count resume; another model, seed, table or optimizer does not.
   auto run = meta;
   run.strategy = "allreduce";
   run.workers = 8;
+  CHECK_NOTHROW(back.check_resumable_as(run, dir));
+  run = meta;
   run.seed = 1;
+  CHECK_THROWS_WITH(back.check_resumable_as(run, dir),
+                    Catch::Contains("written by a run with seed 7; this run has seed 1") &&
+                        Catch::Contains("resume with seed 7"));
+  run = meta;
+  run.tables = "C1 1000 16\nC2 501 16\n";
+  CHECK_THROWS_WITH(back.check_resumable_as(run, dir),
+                    Catch::Contains("table 2 was 'C2 500 16' (name rows dim) and is 'C2 501 16'"));
+  run = meta;
+  run.tables.clear();  // a checkpoint or run without the record checks nothing of it
   CHECK_NOTHROW(back.check_resumable_as(run, dir));
   run = meta;
   run.dense_count = 1002;

@@ -3,6 +3,8 @@
 // servers it hosts (running ranks, routing checkpointed rows, traffic accounting).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,8 +49,65 @@ TEST_CASE("checkpoint_directory publishes staged checkpoints and keeps the newes
   REQUIRE(train::checkpoint_directory(dir / "step-20").latest() == dir / "step-20");
   // `latest` naming a checkpoint that is gone.
   fs::remove_all(dir / "step-30");
-  REQUIRE_THROWS_WITH(ckpt.latest(), Catch::Contains("names step-30, which does not exist"));
+  REQUIRE_THROWS_WITH(ckpt.latest(),
+                      Catch::Contains("names step-30, which does not exist") &&
+                          Catch::Contains("its newest checkpoint is") &&
+                          Catch::Contains("--resume-from " + (dir / "step-20").string()));
+  std::ofstream(dir / "latest", std::ios::trunc).flush();  // an empty `latest`
+  REQUIRE_THROWS_WITH(ckpt.latest(),
+                      Catch::Contains("'latest' is empty") && Catch::Contains("--resume-from"));
+  fs::remove(dir / "latest");
+  REQUIRE_THROWS_WITH(ckpt.latest(),
+                      Catch::Contains("has no 'latest' file") && Catch::Contains("step-20"));
   REQUIRE_THROWS_AS(train::checkpoint_directory(""), strata::error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a fresh run refuses a directory holding another run's checkpoints",
+          "[train][checkpoint]") {
+  const fs::path dir = strata_test::fresh_dir("checkpoint_fresh");
+  const train::checkpoint_directory ckpt(dir);
+  REQUIRE_NOTHROW(ckpt.expect_fresh());  // not even created yet
+  fs::create_directories(dir);
+  REQUIRE_NOTHROW(ckpt.expect_fresh());
+  ckpt.prepare(10);
+  REQUIRE_NOTHROW(ckpt.expect_fresh());  // a staged, unpublished checkpoint is no checkpoint
+  std::ofstream(ckpt.staging(10) / "state.ckpt") << 10;
+  ckpt.publish(10);
+  REQUIRE_THROWS_WITH(ckpt.expect_fresh(),
+                      Catch::Contains("already holds checkpoints of an earlier run (newest "
+                                      "step-10)") &&
+                          Catch::Contains("continue that run with --resume"));
+  // Resuming from one of its own checkpoints continues its lineage; from elsewhere it does not.
+  REQUIRE_NOTHROW(ckpt.expect_fresh(dir / "step-10"));
+  REQUIRE_THROWS_AS(ckpt.expect_fresh(strata_test::fresh_dir("elsewhere") / "step-10"),
+                    strata::error);
+  fs::remove_all(dir / "step-10");
+  REQUIRE_THROWS_WITH(ckpt.expect_fresh(), Catch::Contains("already holds checkpoints"));  // latest
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint_lock: one job per directory, stale locks reported", "[train][checkpoint]") {
+  const fs::path dir = strata_test::fresh_dir("checkpoint_lock");
+  {
+    const train::checkpoint_lock first(dir);  // creates the directory
+    REQUIRE(fs::is_directory(dir));
+    REQUIRE(first.stale_holder().empty());
+    // A second claim (another open file description: as another job would) is refused,
+    // naming the holder.
+    REQUIRE_THROWS_WITH(
+        train::checkpoint_lock(dir),
+        Catch::Contains("is in use by another job (pid " + std::to_string(::getpid())) &&
+            Catch::Contains("choose another directory"));
+  }
+  {
+    const train::checkpoint_lock again(dir);  // released cleanly: nothing stale
+    REQUIRE(again.stale_holder().empty());
+  }
+  // A job killed while holding the lock leaves its record; the kernel released the flock.
+  std::ofstream(dir / "lock", std::ios::trunc) << "pid 99999 on elsewhere since yesterday\n";
+  const train::checkpoint_lock after_crash(dir);
+  REQUIRE(after_crash.stale_holder() == "pid 99999 on elsewhere since yesterday");
   fs::remove_all(dir);
 }
 

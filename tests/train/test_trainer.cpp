@@ -11,6 +11,7 @@
 #include "strata/models/dlrm.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/sgd.hpp"
+#include "strata/train/checkpoint_dir.hpp"
 #include "strata/train/trainer.hpp"
 #include "support/ctr_fixtures.hpp"
 
@@ -130,6 +131,63 @@ TEST_CASE("resuming from a checkpoint equals never stopping, bitwise", "[train][
   CHECK(resumed.steps == 12);
   CHECK(resumed.dense_checksum == full.dense_checksum);
   CHECK(resumed.embedding_checksum == full.embedding_checksum);
+}
+
+TEST_CASE("checkpoint ownership: fresh runs, a damaged latest, another seed, a second job",
+          "[train][checkpoint]") {
+  const auto data = make_data(2000, 3);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  auto options = base_options(2, 12);
+  hybrid_trainer<optim::adagrad> straight(small_dlrm(), opt, options);
+  const auto full = straight.fit(data);
+
+  options.checkpoint_dir = fresh_dir("ownership");
+  options.checkpoint_every = 2;
+  options.max_steps = 6;
+  hybrid_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data);  // steps 4 and 6 kept
+  // A fresh run into the used directory is refused before anything is written.
+  const auto before = std::filesystem::last_write_time(options.checkpoint_dir / "latest");
+  REQUIRE_THROWS_WITH(hybrid_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data),
+                      Catch::Contains("already holds checkpoints of an earlier run (newest "
+                                      "step-6)"));
+  CHECK(std::filesystem::last_write_time(options.checkpoint_dir / "latest") == before);
+  CHECK(train::checkpoint_directory(options.checkpoint_dir).steps() ==
+        std::vector<std::size_t>{4, 6});
+  // Another seed (which also keys the data's hashing and order) is refused on resume.
+  auto other_seed = options;
+  other_seed.resume = true;
+  other_seed.seed = options.seed + 1;
+  REQUIRE_THROWS_WITH(hybrid_trainer<optim::adagrad>(small_dlrm(), opt, other_seed).fit(data),
+                      Catch::Contains("written by a run with seed"));
+  // A damaged `latest` names the newest checkpoint; --resume-from it gives the never-stopped
+  // model, bitwise, while new checkpoints go into the same directory.
+  std::ofstream(options.checkpoint_dir / "latest", std::ios::trunc).flush();
+  auto resume = options;
+  resume.resume = true;
+  resume.max_steps = 12;
+  REQUIRE_THROWS_WITH(
+      hybrid_trainer<optim::adagrad>(small_dlrm(), opt, resume).fit(data),
+      Catch::Contains("'latest' is empty") &&
+          Catch::Contains("--resume-from " + (options.checkpoint_dir / "step-6").string()));
+  auto from = options;
+  from.resume_from = options.checkpoint_dir / "step-6";
+  from.max_steps = 12;
+  hybrid_trainer<optim::adagrad> continued(small_dlrm(), opt, from);
+  const auto resumed = continued.fit(data);
+  CHECK(resumed.first_step == 6);
+  CHECK(resumed.dense_checksum == full.dense_checksum);
+  CHECK(resumed.embedding_checksum == full.embedding_checksum);
+  CHECK(train::checkpoint_directory(options.checkpoint_dir).latest() ==
+        options.checkpoint_dir / "step-12");
+  // A second job on a directory another job holds is refused at once.
+  {
+    const train::checkpoint_lock other_job(options.checkpoint_dir);
+    resume.max_steps = 14;
+    REQUIRE_THROWS_WITH(hybrid_trainer<optim::adagrad>(small_dlrm(), opt, resume).fit(data),
+                        Catch::Contains("is in use by another job"));
+  }
+  CHECK(hybrid_trainer<optim::adagrad>(small_dlrm(), opt, resume).fit(data).first_step == 12);
 }
 
 TEST_CASE("a checkpoint with a missing or an unlisted file is refused, naming it",

@@ -36,6 +36,9 @@ struct checkpoint_meta {
   std::string optimizer;        ///< the embedding tables'
   std::string dense_optimizer;  ///< the dense parameters'
   std::string strategy;
+  /// The embedding tables, one "name rows dim" line each: with the seed (which also keys the
+  /// data's hashing and order), what a resumed run must share with the one that wrote it.
+  std::string tables;
   /// Every other file of the checkpoint (rows-*.ckpt, worker-*.ckpt), as written: resuming
   /// refuses a checkpoint where one is missing or an unlisted one is present.
   std::vector<std::string> files;
@@ -50,6 +53,7 @@ struct checkpoint_meta {
     out.add("meta/optimizer", std::as_bytes(std::span(optimizer)));
     out.add("meta/dense_optimizer", std::as_bytes(std::span(dense_optimizer)));
     out.add("meta/strategy", std::as_bytes(std::span(strategy)));
+    out.add("meta/tables", std::as_bytes(std::span(tables)));
     std::string list;
     for (const auto& name : files)
       list += name + "\n";
@@ -74,6 +78,7 @@ struct checkpoint_meta {
     meta.dense_optimizer =
         in.has("meta/dense_optimizer") ? text("meta/dense_optimizer") : meta.optimizer;
     meta.strategy = in.has("meta/strategy") ? text("meta/strategy") : std::string();
+    meta.tables = in.has("meta/tables") ? text("meta/tables") : std::string();
     // Checkpoints from before the file list have none: nothing to check against.
     if (in.has("meta/files")) {
       const std::string list = text("meta/files");
@@ -110,9 +115,37 @@ struct checkpoint_meta {
   }
 
   /// Refuses (errc::corrupt_data) to resume `run` from this checkpoint (in `dir`) when it was
-  /// written for another model size or with other optimizers or another dense row length.
-  /// Strategy, seed and worker count may differ: rows load under any placement.
+  /// written for another model size, other tables, another seed, other optimizers or another
+  /// dense row length, naming the field. Strategy and worker count may differ: rows load under
+  /// any placement.
   void check_resumable_as(const checkpoint_meta& run, const std::filesystem::path& dir) const {
+    if (seed != run.seed)
+      fail(errc::corrupt_data,
+           cat("checkpoint ", dir.string(), " was written by a run with seed ", seed,
+               "; this run has seed ", run.seed,
+               " (the seed also keys the data's hashing and order, so the model would continue "
+               "on other features): resume with seed ",
+               seed));
+    if (!tables.empty() && !run.tables.empty() && tables != run.tables) {
+      const auto lines = [](const std::string& text) {
+        std::vector<std::string> out;
+        for (std::size_t at = 0, end; at < text.size(); at = end + 1) {
+          end = text.find('\n', at);
+          if (end == std::string::npos) end = text.size();
+          out.push_back(text.substr(at, end - at));
+        }
+        return out;
+      };
+      const auto saved = lines(tables), now = lines(run.tables);
+      std::size_t i = 0;
+      while (i < saved.size() && i < now.size() && saved[i] == now[i])
+        ++i;
+      fail(errc::corrupt_data,
+           cat("checkpoint ", dir.string(), " was written for other embedding tables: table ",
+               i + 1, " was '", i < saved.size() ? saved[i] : std::string("(none)"),
+               "' (name rows dim) and is '", i < now.size() ? now[i] : std::string("(none)"),
+               "' in this run; resume with the table rows and dims it was written with"));
+    }
     if (dense_count != run.dense_count)
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_count,
                                    " dense parameters but this model has ", run.dense_count,

@@ -30,10 +30,13 @@ struct trainer_options {
   bool deterministic = true;
   std::size_t dense_row = 256;  ///< dense parameters are updated (and served) in rows of this many
   std::size_t eval_every = 0;   ///< evaluate every this many steps (0 = at the end only)
-  std::size_t eval_max_samples = 0;          ///< cap on evaluated samples (0 = whole eval set)
-  std::filesystem::path checkpoint_dir{};    ///< empty = no checkpoints
-  std::size_t checkpoint_every = 0;          ///< steps between checkpoints (0 = only at the end)
-  bool resume = false;                       ///< start from the latest checkpoint in checkpoint_dir
+  std::size_t eval_max_samples = 0;        ///< cap on evaluated samples (0 = whole eval set)
+  std::filesystem::path checkpoint_dir{};  ///< empty = no checkpoints
+  std::size_t checkpoint_every = 0;        ///< steps between checkpoints (0 = only at the end)
+  bool resume = false;                     ///< start from the latest checkpoint in checkpoint_dir
+  /// Start from this checkpoint (a step-N folder, or a checkpoint directory's `latest`) and
+  /// write new checkpoints into checkpoint_dir — the way out of a damaged `latest`.
+  std::filesystem::path resume_from{};
   double timeout_seconds = 300;              ///< transport timeout (a peer that stops answering)
   comm::link_model link{};                   ///< emulated network between ranks
   std::vector<double> send_delay_seconds{};  ///< per-rank straggler emulation
@@ -66,6 +69,9 @@ struct trainer_options {
     STRATA_EXPECTS(epochs >= 1 || max_steps >= 1, "trainer: set epochs or max_steps");
     STRATA_EXPECTS(dense_row >= 1, "trainer: dense_row must be ≥ 1");
     STRATA_EXPECTS(timeout_seconds > 0, "trainer: timeout_seconds must be positive");
+    STRATA_EXPECTS(!resume || resume_from.empty(),
+                   "trainer: resume and resume_from both set; resume_from names the checkpoint, "
+                   "drop resume");
     STRATA_EXPECTS(blowup_warn_factor == 0 || blowup_warn_factor > 1,
                    "trainer: blowup_warn_factor must be 0 (off) or > 1, got ", blowup_warn_factor);
     STRATA_EXPECTS(!resume || !checkpoint_dir.empty(),

@@ -294,6 +294,7 @@ class trainer {
     STRATA_EXPECTS(local_rank_ < 0, "trainer: built for rank ", local_rank_,
                    " of a multi-process world; call fit(transport, train, eval) on every process");
     check_data(train_set);
+    const auto lock = claim_checkpoint_dir();
     comm::thread_world world(ranks(), world_options_for(options_, ranks()));
     stopwatch clock;
     outcome result;
@@ -322,6 +323,8 @@ class trainer {
                    "configuration needs ", ranks(), " (", options_.workers, " workers",
                    on_ps ? cat(" + ", roles_->servers(), " servers") : std::string(), ")");
     check_data(train_set);
+    // The process of rank 0 (which publishes checkpoints) holds the directory's lock.
+    const auto lock = t.rank() == 0 ? claim_checkpoint_dir() : std::nullopt;
     // Every rank (servers too) joins the split that gives the workers their own endpoint.
     if constexpr (foreign_allreduce)
       if (!workers_endpoint_) workers_endpoint_ = traits::allreduce::subset(t, is_worker(t.rank()));
@@ -442,11 +445,11 @@ class trainer {
   void run_rank(T& t, const data::ctr_dataset& train_set, const data::ctr_dataset* eval_set,
                 outcome& result) {
     const std::size_t total = total_steps(train_set);
-    std::size_t step = options_.resume ? load_checkpoint(t.rank(), latest_checkpoint()) : 0;
+    std::size_t step = resuming() ? load_checkpoint(t.rank(), latest_checkpoint()) : 0;
     // Every server holds its checkpointed rows before any worker pulls (in-process pulls read
     // the servers' rows directly, without waiting for a server to answer).
     if constexpr (on_ps)
-      if (options_.resume) comm::barrier(t);
+      if (resuming()) comm::barrier(t);
     const bool hosts_worker0 = t.rank() == rank_of_worker(0);
     if (hosts_worker0) {
       result.first_step = step;
@@ -881,8 +884,29 @@ class trainer {
   }
   // ---- checkpoints ------------------------------------------------------------------------
 
+  [[nodiscard]] bool resuming() const noexcept {
+    return options_.resume || !options_.resume_from.empty();
+  }
   [[nodiscard]] std::filesystem::path latest_checkpoint() const {
-    return checkpoint_directory(options_.checkpoint_dir).latest();
+    return checkpoint_directory(options_.resume_from.empty() ? options_.checkpoint_dir
+                                                             : options_.resume_from)
+        .latest();
+  }
+  /// Takes the checkpoint directory's lock for this run (none without a directory) and refuses
+  /// a fresh run into a directory holding another run's checkpoints (checkpoint_dir.hpp).
+  [[nodiscard]] std::optional<checkpoint_lock> claim_checkpoint_dir() const {
+    if (options_.checkpoint_dir.empty()) return std::nullopt;
+    std::optional<checkpoint_lock> lock(std::in_place, options_.checkpoint_dir);
+    if (!lock->stale_holder().empty())
+      log_line(cat("checkpoint directory ", options_.checkpoint_dir.string(),
+                   ": the previous job (", lock->stale_holder(),
+                   ") ended without releasing it (killed?); this run takes it over"));
+    if (!options_.resume)
+      checkpoint_directory(options_.checkpoint_dir)
+          .expect_fresh(options_.resume_from.empty()
+                            ? std::nullopt
+                            : std::optional<std::filesystem::path>(options_.resume_from));
+    return lock;
   }
   [[nodiscard]] std::size_t dense_state_floats() const {
     return dense_optimizer_type::state_floats(options_.dense_row);
@@ -898,7 +922,15 @@ class trainer {
             .optimizer = optimizer_type::name,
             .dense_optimizer = dense_optimizer_type::name,
             .strategy = strategy_name,
+            .tables = table_fingerprint(),
             .files = checkpoint_files()};
+  }
+  /// The tables as checkpoints record them ("name rows dim" lines).
+  [[nodiscard]] std::string table_fingerprint() const {
+    std::string text;
+    for (const auto& table : tables_)
+      text += cat(table.name, " ", table.rows, " ", table.dim, "\n");
+    return text;
   }
   /// The files a checkpoint of this run holds beside state.ckpt (see write_checkpoint).
   [[nodiscard]] std::vector<std::string> checkpoint_files() const {
