@@ -734,6 +734,27 @@ class server {
   /// key summed in that order by `optim::sparse_gradient` (the function the local storages and
   /// the clients use), then the optimizer once per key.
   void apply_sync_step(table_state& tab, std::size_t table, const sync_step& s) {
+    // Every push's keys are strictly ascending (the decoder checks). When all pushes carry the
+    // same keys — one worker, or the dense table, which every worker pushes whole — each key's
+    // rows are summed elementwise in rank order: the sums sum_duplicates would form, in its
+    // order (bitwise the same), without concatenating the pushes or grouping their keys.
+    const bool same_keys = std::all_of(s.keys.begin() + 1, s.keys.end(),
+                                       [&](const auto& k) { return k == s.keys[0]; });
+    if (same_keys) {
+      if (s.grads.size() == 1) {
+        apply_rows(tab, table, s.keys[0], s.grads[0]);
+        return;
+      }
+      tab.step_grads.assign(s.grads[0].begin(), s.grads[0].end());
+      for (std::size_t w = 1; w < s.grads.size(); ++w) {
+        const float* from = s.grads[w].data();
+        float* into = tab.step_grads.data();
+        for (std::size_t i = 0, n = tab.step_grads.size(); i < n; ++i)
+          into[i] += from[i];
+      }
+      apply_rows(tab, table, s.keys[0], tab.step_grads);
+      return;
+    }
     tab.step_keys.clear();
     tab.step_grads.clear();
     for (std::size_t w = 0; w < s.keys.size(); ++w) {
