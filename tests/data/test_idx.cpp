@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -150,6 +151,35 @@ TEST_CASE("wrong, truncated and damaged IDX files raise corrupt_data naming file
     REQUIRE(e.code() == errc::io_error);
     REQUIRE_THAT(e.what(), Catch::Contains("absent.gz"));
   }
+}
+
+// Found by tests/fuzz/fuzz_idx (corpus/idx/regress-oom-huge-dimension): a header announcing
+// 2^32 - 1 values made read_idx allocate and zero 4 GiB before it found the file truncated.
+TEST_CASE("a header announcing 2^32 values on a short file is refused, not allocated",
+          "[data][idx]") {
+  const strata_test::temp_dir dir("idx");
+  const auto p = dir.path / "huge.gz";
+  const auto peak_kib = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<long>(usage.ru_maxrss);
+  };
+  const long before = peak_kib();
+  for (const bool gz : {true, false}) {
+    const auto bytes = idx_bytes(0x801, {0xffffffffu}, {1, 2, 3, 4});
+    if (gz)
+      write_gz(p, bytes);
+    else
+      std::ofstream(p, std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()),
+                 static_cast<std::streamsize>(bytes.size()));
+    require_corrupt([&] { (void)read_idx(p, 1); }, p.string(),
+                    "data needs 4294967295 bytes, only 4 present");
+    write_gz(p, idx_bytes(0x803, {65536, 65536, 1}, {7}));
+    require_corrupt([&] { (void)read_idx(p, 3); }, p.string(),
+                    "data needs 4294967296 bytes, only 1 present");
+  }
+  REQUIRE(peak_kib() - before < 256 * 1024);  // the old reader's peak grew by 4 GiB
 }
 
 TEST_CASE("Fashion-MNIST checks: image size, counts, label range, missing files", "[data][idx]") {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "strata/compress/int8_block.hpp"
@@ -146,6 +147,28 @@ TEST_CASE("valid messages round-trip", "[ps][protocol]") {
   CHECK(info.code == errc::out_of_range);
   CHECK(info.failed == msg_type::push_request);
   CHECK(info.text == "boom");
+}
+
+// Found by tests/fuzz/fuzz_protocol (corpus/protocol/regress-error-reply-diverged): decode_error
+// refused code 10 (errc::diverged, added after errc::internal), so a server's error of that code
+// reached the worker as "unknown error code 10" instead of its own message.
+TEST_CASE("error replies carry every error code strata has", "[ps][protocol]") {
+  for (int c = 0; c <= static_cast<int>(errc_last); ++c) {
+    const auto code = static_cast<errc>(c);
+    INFO(to_string(code));
+    REQUIRE(to_string(code) != "unknown");
+    std::vector<std::byte> err;
+    encode_error(err, 1, msg_type::pull_request, 0, 3, code, to_string(code));
+    const auto info = decode_error(decode_header(err), err);
+    CHECK(info.code == code);
+    CHECK(info.text == to_string(code));
+  }
+  std::vector<std::byte> err;
+  encode_error(err, 1, msg_type::pull_request, 0, 3,
+               static_cast<errc>(static_cast<int>(errc_last) + 1), "from the future");
+  CHECK_THROWS_WITH(decode_error(decode_header(err), err),
+                    Catch::Contains("unknown error code ") &&
+                        Catch::Contains(std::to_string(static_cast<int>(errc_last) + 1)));
 }
 
 TEST_CASE("truncated messages are bad_message", "[ps][protocol]") {

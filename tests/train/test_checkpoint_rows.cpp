@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -107,6 +108,48 @@ TEST_CASE("checkpoint_meta round-trips and refuses another model or other optimi
   run = meta;
   run.dense_row = 32;
   CHECK_THROWS_AS(back.check_resumable_as(run, dir), strata::error);
+}
+
+// Found by tests/fuzz/fuzz_checkpoint (corpus/checkpoint/regress-duplicate-section): a file
+// naming a section twice, with a right checksum, was accepted and its second copy silently won.
+TEST_CASE("a checkpoint naming a section twice is refused", "[train][checkpoint]") {
+  const auto dir = fresh_dir("duplicate");
+  std::filesystem::create_directories(dir);
+  std::vector<std::byte> file;
+  const auto put = [&](const void* data, std::size_t size) {
+    const auto* p = static_cast<const std::byte*>(data);
+    file.insert(file.end(), p, p + size);
+  };
+  put("STRATACK", 8);
+  const std::uint32_t version = 1, sections = 2, name_size = 9;
+  put(&version, 4);
+  put(&sections, 4);
+  for (const std::uint64_t step : {42u, 43u}) {
+    const std::uint64_t size = 8;
+    put(&name_size, 4);
+    put("meta/step", name_size);
+    put(&size, 8);
+    put(&step, 8);
+  }
+  train::detail::checksum64 sum;
+  sum.update(file);
+  const std::uint64_t checksum = sum.value();
+  put(&checksum, 8);
+  const auto path = dir / "state.ckpt";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
+  for (const auto& read :
+       std::vector<std::function<void()>>{[&] { (void)train::checkpoint_reader(path); },
+                                          [&] { (void)train::checkpoint_meta::read(path); }}) {
+    try {
+      read();
+      FAIL("no exception");
+    } catch (const strata::error& e) {
+      CHECK(e.code() == errc::corrupt_data);
+      CHECK_THAT(e.what(), Catch::Contains(path.string()) &&
+                               Catch::Contains("section 'meta/step' appears twice"));
+    }
+  }
 }
 
 TEST_CASE("row_records written by several holders read back as every record, shapes checked",

@@ -104,7 +104,8 @@ inline constexpr std::uint64_t idx_max_values = std::uint64_t{1} << 32;
 /// NN = `expected_rank` dimensions (0x00000801 labels, 0x00000803 images), every dimension
 /// non-zero, exactly Π dims value bytes and nothing after them. A violation raises
 /// `errc::corrupt_data` naming the file and the field; a missing file `errc::io_error`.
-/// Cost: one pass over the file. Thread-safe (no shared state).
+/// Cost: one pass over the file; memory about what the file holds, whatever its header
+/// announces. Thread-safe (no shared state).
 inline idx_array read_idx(const std::filesystem::path& path, std::size_t expected_rank) {
   detail::gz_file file(path);
   std::array<unsigned char, 4> word{};
@@ -129,8 +130,23 @@ inline idx_array read_idx(const std::filesystem::path& path, std::size_t expecte
     count *= size;
     out.dims.push_back(size);
   }
-  out.values.resize(static_cast<std::size_t>(count));
-  file.read_exact(out.values.data(), out.values.size(), "data");
+  // The values are read in pieces, the buffer growing only with bytes actually present: a
+  // header announcing up to idx_max_values values on a short or damaged file is refused as
+  // truncated after allocating about what the file holds, not 4 GiB up front.
+  constexpr std::uint64_t piece = std::uint64_t{1} << 16;
+  std::uint64_t have = 0;
+  while (have < count) {
+    const std::uint64_t want = std::min(piece, count - have);
+    out.values.reserve(static_cast<std::size_t>(std::min(count, std::max(2 * have, piece))));
+    out.values.resize(static_cast<std::size_t>(have + want));
+    const std::size_t got =
+        file.read(out.values.data() + have, static_cast<std::size_t>(want), "data");
+    have += got;
+    if (got != want)
+      fail(errc::corrupt_data,
+           cat("idx: '", file.path(), "' is truncated: data needs ", count, " bytes, only ", have,
+               " present; the file is incomplete or its header damaged, download it again"));
+  }
   unsigned char extra = 0;
   if (file.read(&extra, 1, "trailing data") != 0)
     fail(errc::corrupt_data, cat("idx: '", file.path(), "': trailing bytes after the ", count,

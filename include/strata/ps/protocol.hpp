@@ -207,6 +207,13 @@ struct error_info {
   std::string text;
 };
 
+/// The last error code an error reply may carry: every strata::error a server raises travels
+/// with its code (the static_assert fails when core/error.hpp gains a code after it).
+inline constexpr errc errc_last = errc::diverged;
+static_assert(to_string(static_cast<errc>(static_cast<int>(errc_last) + 1)) == "unknown",
+              "strata::errc has a code after ps::errc_last: move errc_last to it, so error "
+              "replies carrying the new code decode");
+
 /// Decodes an error reply whose header `h` was decoded from `message`; validates the code and
 /// the failed request type.
 [[nodiscard]] inline error_info decode_error(const header& h, std::span<const std::byte> message) {
@@ -214,7 +221,7 @@ struct error_info {
   if (h.key_count == 0 || h.key_count > msg_type_last)
     detail::bad(cat("error reply names unknown request type ", h.key_count));
   info.failed = static_cast<msg_type>(h.key_count);
-  if (h.dim > static_cast<std::uint32_t>(errc::internal))
+  if (h.dim > static_cast<std::uint32_t>(errc_last))
     detail::bad(cat("error reply carries unknown error code ", h.dim));
   info.code = static_cast<errc>(h.dim);
   const auto text = payload_of(message);

@@ -135,8 +135,9 @@ class checkpoint_writer {
   std::map<std::string, std::vector<std::byte>> sections_;
 };
 
-/// Reads and validates a whole checkpoint (magic, version, every length, checksum) on
-/// construction; a damaged file raises `errc::corrupt_data` naming the file and the problem.
+/// Reads and validates a whole checkpoint (magic, version, every length, unique section names,
+/// checksum) on construction; a damaged file raises `errc::corrupt_data` naming the file and the
+/// problem.
 class checkpoint_reader {
  public:
   explicit checkpoint_reader(const std::filesystem::path& path) : path_(path) {
@@ -183,7 +184,10 @@ class checkpoint_reader {
         corrupt(cat("truncated: section '", name, "' claims ", payload_size, " bytes but only ",
                     file.size() - at, " remain"));
       const auto payload = take(static_cast<std::size_t>(payload_size), "section payload");
-      sections_[name].assign(payload.begin(), payload.end());
+      // The writer names each section once; a second one would silently replace the first.
+      if (!sections_.try_emplace(name, payload.begin(), payload.end()).second)
+        corrupt(cat("section '", name, "' appears twice (again as section ", s, " of ", count,
+                    "); a strata checkpoint names each section once"));
     }
     detail::checksum64 sum;
     sum.update(std::span<const std::byte>(file.data(), at));
