@@ -2,7 +2,9 @@
 // names and refusals, and the thread-count independence of linear / DLRM on each engine.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include <tbb/global_control.h>
@@ -107,7 +109,7 @@ TEST_CASE("GEMM engine names, availability and refusals", "[nn][gemm]") {
   }
 }
 
-TEST_CASE("DLRM on every GEMM engine: same values up to rounding, bitwise across thread counts",
+TEST_CASE("DLRM on every GEMM engine: same logits up to rounding, bitwise across thread counts",
           "[nn][gemm][models]") {
   models::dlrm::config config;
   config.table_rows = {1000};
@@ -148,9 +150,16 @@ TEST_CASE("DLRM on every GEMM engine: same values up to rounding, bitwise across
     const auto two = run(engine, 2);
     REQUIRE(one == two);  // bitwise
     REQUIRE(one.size() == reference.size());
-    for (std::size_t i = 0; i < one.size(); ++i) {
-      INFO("value " << i);
-      REQUIRE(one[i] == Approx(reference[i]).margin(1e-5).epsilon(1e-3));
+    // Across engines only the logits are compared (relative L2 norm, rounding level): the
+    // gradients of a ReLU network are not continuous in rounding — a pre-activation within
+    // rounding of 0 passes the ReLU on one engine and not on another, and the backward mask
+    // then moves whole terms (measured: 0.3% of the dense gradients' norm at -O0). Each
+    // engine's gradients are checked against float64 by the linear and gemm tests.
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < batch; ++i) {
+      diff += (double(one[i]) - reference[i]) * (double(one[i]) - reference[i]);
+      norm += double(reference[i]) * reference[i];
     }
+    REQUIRE(std::sqrt(diff) <= 1e-5 * std::sqrt(norm));
   }
 }
