@@ -62,7 +62,12 @@ for t in "${targets[@]}"; do
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log" | tail -1)
   files=$(find "$work/corpus" -type f | wc -l)
   echo "fuzz: $t: ${runs:-?} executions in $((SECONDS - t0)) s (${rate:-?} exec/s), corpus $files inputs, exit $rc"
-  if [ "$rc" -ne 0 ] || [ -n "$(ls -A "$work/artifacts")" ]; then
+  if [ "$rc" -eq 72 ] && [ -z "$(ls -A "$work/artifacts")" ]; then
+    # libFuzzer's exit code after SIGINT/SIGTERM: stopped from outside, not a finding, but the
+    # run is incomplete.
+    failed+=("$t(interrupted)")
+    echo "fuzz: $t: interrupted by a signal before its limit (no finding); log $work/log" >&2
+  elif [ "$rc" -ne 0 ] || [ -n "$(ls -A "$work/artifacts")" ]; then
     failed+=("$t")
     echo "fuzz: $t: FINDING; log $work/log, input(s):" >&2
     ls -l "$work/artifacts" >&2
@@ -71,7 +76,7 @@ for t in "${targets[@]}"; do
   fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "fuzz: findings in ${failed[*]} after $((SECONDS - start)) s" >&2
+  echo "fuzz: findings or incomplete runs in ${failed[*]} after $((SECONDS - start)) s" >&2
   exit 1
 fi
 echo "fuzz: no findings in ${targets[*]} after $((SECONDS - start)) s"
