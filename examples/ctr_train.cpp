@@ -35,6 +35,7 @@
 #include "strata/models/wide_deep.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/adam.hpp"
+#include "strata/serve/bundle.hpp"
 #include "strata/train/trainer.hpp"
 #if defined(STRATA_WITH_CUDA)  // built with strata::cuda: --gpu trains DLRM with cuda::dlrm
 #include "strata/cuda/dlrm.hpp"
@@ -79,10 +80,12 @@ struct flags {
   std::size_t global_batch = 256;  ///< --batch: samples per step over all workers
   bool skip_bad_lines = false;
   bool tiny = false;
-  int gpu = -1;                   ///< CUDA device of every worker's DLRM (-1: the CPU model)
-  std::string report_json;        ///< --report-json PATH: the final table as JSON (for bench_ctr)
-  int crash_rank = -1;            ///< fault rehearsal: this rank ...
-  std::uint64_t crash_after = 0;  ///< ... fails on its n-th send
+  int gpu = -1;             ///< CUDA device of every worker's DLRM (-1: the CPU model)
+  std::string report_json;  ///< --report-json PATH: the final table as JSON (for bench_ctr)
+  std::filesystem::path export_dir;  ///< --export DIR: an inference bundle of the final model
+  std::string export_precision;      ///< --export-precision fp32|fp16|int8 (default fp32)
+  int crash_rank = -1;               ///< fault rehearsal: this rank ...
+  std::uint64_t crash_after = 0;     ///< ... fails on its n-th send
   train::trainer_options options;
   /// Under mpirun: this process's endpoint (one rank per process); null = ranks as threads.
   comm::any_transport* process = nullptr;
@@ -134,6 +137,9 @@ struct flags {
       "                                (threads: an error stops every rank; mpirun: the process "
       "dies)\n"
       "  --report-json PATH              also write the final report as one JSON object\n"
+      "  --export DIR                    after training, write an inference bundle of the final\n"
+      "                                model to DIR (docs/serving.md; DIR must be new or empty)\n"
+      "  --export-precision fp32|fp16|int8   the bundle's embedding rows (default fp32)\n"
       "  --no-progress\n");
   std::exit(code);
 }
@@ -278,6 +284,10 @@ flags parse(int argc, char** argv) {
       f.gpu = integer(0, 63);
     else if (a == "--report-json")
       f.report_json = value();
+    else if (a == "--export")
+      f.export_dir = value();
+    else if (a == "--export-precision")
+      f.export_precision = cli::parse_name(a, value(), {"fp32", "fp16", "int8"});
     else if (a == "--no-progress")
       f.options.progress = false;
     else if (a == "--crash-rank")
@@ -314,6 +324,16 @@ flags parse(int argc, char** argv) {
          cat("--resume-from ", f.options.resume_from.string(),
              " is not a checkpoint (no state.ckpt) nor a checkpoint directory (no latest)"));
   if (!f.options.checkpoint_dir.empty()) check_checkpoint_dir(f.options.checkpoint_dir);
+  STRATA_EXPECTS(f.gpu < 0 || f.export_dir.empty(),
+                 "--export with --gpu: write a checkpoint (--checkpoint-dir) and export it with "
+                 "strata_export");
+  STRATA_EXPECTS(f.export_precision.empty() || !f.export_dir.empty(),
+                 "--export-precision needs --export DIR (the bundle to write)");
+  if (!f.export_dir.empty() && std::filesystem::exists(f.export_dir) &&
+      !(std::filesystem::is_directory(f.export_dir) && std::filesystem::is_empty(f.export_dir)))
+    fail(errc::invalid_argument,
+         cat("--export ", f.export_dir.string(),
+             " exists and is not an empty directory; name a new directory for the bundle"));
   return f;
 }
 
@@ -387,6 +407,24 @@ void write_report_json(const std::string& path, const train::train_report& r, do
   if (!out) fail(errc::io_error, cat("--report-json: writing '", path, "' failed"));
 }
 
+/// --export: the trainer's final state as an inference bundle (serve/bundle.hpp).
+template <class Trainer>
+void export_bundle(const flags& f, const Trainer& trainer,
+                   const typename Trainer::model_type::config& model_config, std::size_t steps) {
+  if constexpr (serve::bundle_model<typename Trainer::model_type>) {
+    serve::export_options o;
+    o.rows = serve::parse_precision(f.export_precision).value_or(serve::precision::fp32);
+    const auto e = serve::export_trainer(trainer, model_config, f.export_dir, o, steps);
+    log_line(cat("exported ", serve::to_string(o.rows), " bundle ", e.dir.string(), " (", e.bytes,
+                 " bytes, fingerprint ", serve::bundle_manifest::hex(e.fingerprint), ")"));
+  } else {
+    fail(errc::unsupported,
+         "--export: this model has no bundle format (drop --gpu: the bundle "
+         "of a GPU-trained DLRM is written from its checkpoint with "
+         "strata_export)");
+  }
+}
+
 template <class Trainer>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
          typename Trainer::optimizer_type optimizer,
@@ -400,6 +438,7 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
   } else {
     Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
     r = trainer.fit(d.train, eval);
+    if (!f.export_dir.empty()) export_bundle(f, trainer, model_config, r.steps);
   }
   std::printf("\n%-28s %s\n", "strategy", r.strategy.c_str());
   std::printf("%-28s %d workers, %d servers\n", "ranks", r.workers, r.servers);
@@ -551,6 +590,9 @@ int main(int argc, char** argv) {
       crashing.emplace(*mpi_endpoint, crash_here ? f.crash_after : 0);
       endpoint.emplace(*crashing);
       f.process = &*endpoint;
+      STRATA_EXPECTS(f.export_dir.empty(),
+                     "--export under mpirun: each process holds only its ranks' rows; write a "
+                     "checkpoint (--checkpoint-dir) and export it with strata_export");
       const int size = mpi_endpoint->size();
       const bool ps_ranks = f.strategy != "allreduce" && f.options.servers > 0;
       STRATA_EXPECTS(!ps_ranks || size > f.options.servers, "ctr_train: ", size,

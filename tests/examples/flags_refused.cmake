@@ -31,6 +31,10 @@ set(cases
   "1|exists and is not a directory|--checkpoint-dir|${WORK}/a-file|${nodata}"
   "1|--resume needs --checkpoint-dir|--resume|${nodata}"
   "1|unknown flag '--worker'|--worker|2"
+  "1|--export-precision: 'int4' is not accepted~ accepted: fp32, fp16, int8|--export|${WORK}/bundle|--export-precision|int4|${nodata}"
+  "1|--export-precision needs --export DIR|--export-precision|fp16|${nodata}"
+  "1|exists and is not an empty directory|--export|${WORK}|${nodata}"
+  "1|flag --export needs a value|--export"
   "1|flag --seed needs a value|--seed"
   "0|usage: ctr_train|--help")
 foreach(case IN LISTS cases)
@@ -59,6 +63,48 @@ execute_process(COMMAND "${CTR_TRAIN}" --tiny --synthetic 2000 --eval-samples 20
 string(FIND "${out}${err}" "--max-steps 1000 is beyond the data: 1 epoch(s) of 20 steps" at)
 if(NOT rc EQUAL 0 OR at EQUAL -1)
   message(FATAL_ERROR "--max-steps beyond the data: exit ${rc}\n${out}${err}")
+endif()
+
+# --export writes an inference bundle of the final model; strata_export writes one from the
+# run's checkpoint (issue 16) and prints the AUC change of its precision with --eval.
+if(STRATA_EXPORT)
+  set(e2e "${WORK}/export")
+  execute_process(COMMAND "${CTR_TRAIN}" --tiny --synthetic 2000 --eval-samples 200 --batch 100
+                          --workers 2 --servers 1 --strategy ps --table-rows 1000 --no-progress
+                          --checkpoint-dir "${e2e}/ckpt" --checkpoint-every 20
+                          --export "${e2e}/bundle" --export-precision fp16
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+  string(FIND "${out}${err}" "exported fp16 bundle" at)
+  if(NOT rc EQUAL 0 OR at EQUAL -1 OR NOT EXISTS "${e2e}/bundle/manifest.txt")
+    message(FATAL_ERROR "ctr_train --export: exit ${rc}\n${out}${err}")
+  endif()
+  execute_process(COMMAND "${STRATA_EXPORT}" "${e2e}/ckpt" "${e2e}/int8" --precision int8
+                          --eval "${FIXTURES}/criteo_small.tsv"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+  string(FIND "${out}${err}" "AUC fp32" at)
+  if(NOT rc EQUAL 0 OR at EQUAL -1 OR NOT EXISTS "${e2e}/int8/table-025.int8")
+    message(FATAL_ERROR "strata_export --precision int8 --eval: exit ${rc}\n${out}${err}")
+  endif()
+  set(export_cases
+    "0|usage: strata_export|--help"
+    "1|--precision: 'int4' is not accepted~ accepted: fp32, fp16, int8|${e2e}/ckpt|${e2e}/x|--precision|int4"
+    "1|needs CHECKPOINT_DIR and BUNDLE_DIR (got 1 names)|${e2e}/ckpt"
+    "1|already exists and is not empty|${e2e}/ckpt|${e2e}/int8"
+    "1|--top-mlp: '0' is out of range|${e2e}/ckpt|${e2e}/x|--top-mlp|0"
+    "1|the dlrm shapes tried have|${e2e}/ckpt|${e2e}/x|--top-mlp|32,1"
+    "1|unknown flag '--precison'|--precison|fp16")
+  foreach(case IN LISTS export_cases)
+    string(REPLACE "|" ";" parts "${case}")
+    list(POP_FRONT parts want_rc want_text)
+    string(REPLACE "~" ";" want_text "${want_text}")
+    execute_process(COMMAND "${STRATA_EXPORT}" ${parts} RESULT_VARIABLE rc
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+    string(FIND "${out}${err}" "${want_text}" at)
+    if(NOT rc STREQUAL want_rc OR at EQUAL -1)
+      message(FATAL_ERROR "strata_export ${parts}: exit ${rc} (want ${want_rc}), want the text\n"
+                          "  ${want_text}\ngot:\n${out}${err}")
+    endif()
+  endforeach()
 endif()
 
 set(resnet_cases

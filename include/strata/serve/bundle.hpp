@@ -513,7 +513,7 @@ struct export_options {
   precision rows = precision::fp32;  ///< encoding of the embedding rows
   /// Seed of the feature hashing (data::criteo_options::hash_seed); default: the run's seed,
   /// as ctr_train reads its data.
-  std::optional<std::uint64_t> hash_seed;
+  std::optional<std::uint64_t> hash_seed{};
   /// The run's trainer_options::embedding_init_scale (0: DLRM's per-table default).
   float embedding_init_scale = 0.0f;
   bool overwrite = false;  ///< replace an existing bundle directory

@@ -1,0 +1,274 @@
+// strata_export: writes an inference bundle (serve/bundle.hpp) from a training checkpoint of
+// any strategy and world size, and with --eval prints what the chosen precision costs in AUC.
+//
+//   strata_export ckpt bundle                              # fp32 tables
+//   strata_export ckpt bundle --precision int8 --eval eval.tsv
+//
+// The checkpoint records its tables and dense size but not the MLPs' shape: by default the
+// model is ctr_train's (DLRM or Wide & Deep from the table names; the Criteo Kaggle MLPs or
+// --tiny's, whichever has the checkpoint's dense size); other shapes are given with
+// --bottom-mlp / --top-mlp / --deep-mlp.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/core/cli.hpp"
+#include "strata/data/criteo.hpp"
+#include "strata/models/dlrm.hpp"
+#include "strata/models/wide_deep.hpp"
+#include "strata/serve.hpp"
+#include "strata/train/checkpoint_dir.hpp"
+#include "strata/train/checkpoint_rows.hpp"
+#include "strata/train/evaluation.hpp"
+
+namespace {
+
+using namespace strata;
+
+struct flags {
+  std::filesystem::path checkpoint, bundle, eval;
+  serve::precision rows = serve::precision::fp32;
+  std::string model;  ///< empty: from the checkpoint's table names
+  std::size_t dense_features = 13;
+  std::optional<std::vector<std::size_t>> bottom_mlp, top_mlp, deep_mlp;
+  std::optional<std::uint64_t> hash_seed;
+  bool overwrite = false;
+};
+
+[[noreturn]] void usage(int code) {
+  std::printf(
+      "usage: strata_export CHECKPOINT_DIR BUNDLE_DIR [flags]\n"
+      "  CHECKPOINT_DIR                a checkpoint (step-N folder) or a checkpoint directory\n"
+      "                                (its 'latest'), written by any strategy and world size\n"
+      "  --precision fp32|fp16|int8    embedding rows in the bundle (int8: row-wise, scale +\n"
+      "                                bias per row as FBGEMM's fused 8-bit tables)\n"
+      "  --eval FILE.tsv               also print the eval AUC of fp32 and of --precision\n"
+      "  --model dlrm|wide_deep        default: from the checkpoint's table names\n"
+      "  --dense-features N            dense inputs (default 13, Criteo's)\n"
+      "  --bottom-mlp A,B,.. --top-mlp A,B,..   DLRM's layer sizes (default: ctr_train's,\n"
+      "                                Criteo Kaggle or --tiny, whichever has the checkpoint's\n"
+      "                                dense size)\n"
+      "  --deep-mlp A,B,..             Wide & Deep's deep layers (default: ctr_train's)\n"
+      "  --hash-seed S                 feature hashing seed (default: the run's seed, as\n"
+      "                                ctr_train hashes its data)\n"
+      "  --overwrite                   replace an existing BUNDLE_DIR\n");
+  std::exit(code);
+}
+
+std::vector<std::size_t> parse_sizes(std::string_view flag, const std::string& text) {
+  std::vector<std::size_t> sizes;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    sizes.push_back(cli::parse_integer(flag, item, std::size_t{1}, std::size_t{1} << 20));
+  if (sizes.empty())
+    fail(errc::invalid_argument, cat(flag, ": '", text, "' lists no layer sizes (e.g. 64,16)"));
+  return sizes;
+}
+
+flags parse(int argc, char** argv) {
+  flags f;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h")
+      usage(0);
+    else if (a == "--precision")
+      f.rows = *serve::parse_precision(cli::parse_name(a, value(), {"fp32", "fp16", "int8"}));
+    else if (a == "--eval")
+      f.eval = value();
+    else if (a == "--model")
+      f.model = cli::parse_name(a, value(), {"dlrm", "wide_deep"});
+    else if (a == "--dense-features")
+      f.dense_features = cli::parse_integer(a, value(), std::size_t{1}, std::size_t{1} << 20);
+    else if (a == "--bottom-mlp")
+      f.bottom_mlp = parse_sizes(a, value());
+    else if (a == "--top-mlp")
+      f.top_mlp = parse_sizes(a, value());
+    else if (a == "--deep-mlp")
+      f.deep_mlp = parse_sizes(a, value());
+    else if (a == "--hash-seed")
+      f.hash_seed = cli::parse_integer(a, value(), std::uint64_t{0}, ~std::uint64_t{0});
+    else if (a == "--overwrite")
+      f.overwrite = true;
+    else if (a.size() > 1 && a[0] == '-')
+      fail(errc::invalid_argument, cat("unknown flag '", a, "'; see --help"));
+    else
+      positional.emplace_back(a);
+  }
+  if (positional.size() != 2)
+    fail(errc::invalid_argument, cat("strata_export needs CHECKPOINT_DIR and BUNDLE_DIR (got ",
+                                     positional.size(), " names); see --help"));
+  f.checkpoint = positional[0];
+  f.bundle = positional[1];
+  if (!f.eval.empty() && !std::filesystem::exists(f.eval))
+    fail(errc::invalid_argument, cat("--eval ", f.eval.string(), ": no such file"));
+  return f;
+}
+
+/// The checkpoint's tables ("name rows dim" lines).
+struct table_line {
+  std::string name;
+  std::uint64_t rows = 0;
+  std::size_t dim = 0;
+};
+std::vector<table_line> tables_of(const train::checkpoint_meta& meta) {
+  std::vector<table_line> out;
+  std::istringstream in(meta.tables);
+  table_line t;
+  while (in >> t.name >> t.rows >> t.dim)
+    out.push_back(t);
+  return out;
+}
+
+/// The first of `candidates` whose dense size is the checkpoint's; else a sentence.
+template <class Model>
+typename Model::config pick(const std::vector<typename Model::config>& candidates,
+                            const train::checkpoint_meta& meta, const char* flags_hint) {
+  std::string sizes;
+  for (const auto& c : candidates) {
+    const Model m(c);
+    if (m.parameters().size() == meta.dense_count) return c;
+    sizes += cat(sizes.empty() ? "" : ", ", m.parameters().size());
+  }
+  fail(errc::invalid_argument, cat("the checkpoint holds ", meta.dense_count,
+                                   " dense parameters but the ", serve::model_traits<Model>::kind,
+                                   " shapes tried have ", sizes, "; give the run's ", flags_hint));
+}
+
+template <class Model>
+void evaluate(const flags& f, const std::filesystem::path& fp32_bundle) {
+  const serve::predictor<Model> fp32(fp32_bundle), chosen(f.bundle);
+  const auto& m = chosen.manifest();
+  data::criteo_summary summary;
+  const auto set =
+      data::load_criteo(f.eval, {.table_rows = m.hash_rows, .hash_seed = m.hash_seed}, &summary);
+  STRATA_EXPECTS(set.size() > 0, "--eval ", f.eval.string(), " holds no examples");
+  std::vector<float> a(set.size()), b(set.size());
+  data::ctr_batch batch;
+  std::vector<std::size_t> idx;
+  for (std::size_t first = 0; first < set.size(); first += 4096) {
+    const std::size_t n = std::min<std::size_t>(4096, set.size() - first);
+    idx.resize(n);
+    std::iota(idx.begin(), idx.end(), first);
+    set.gather(idx, batch);
+    fp32.predict_logits(batch.dense.view(), batch.keys.view(), std::span(a.data() + first, n));
+    chosen.predict_logits(batch.dense.view(), batch.keys.view(), std::span(b.data() + first, n));
+  }
+  const auto sa = train::score_predictions(a, set.labels(), m.step);
+  const auto sb = train::score_predictions(b, set.labels(), m.step);
+  const std::string name(serve::to_string(f.rows));
+  std::printf(
+      "eval %s (%zu samples): AUC fp32 %.6f, %s %.6f, change %+.6f; logloss fp32 %.6f, "
+      "%s %.6f\n",
+      f.eval.string().c_str(), set.size(), sa.auc, name.c_str(), sb.auc, sb.auc - sa.auc,
+      sa.logloss, name.c_str(), sb.logloss);
+}
+
+template <class Model>
+void run(const flags& f, const typename Model::config& config) {
+  serve::export_options options;
+  options.rows = f.rows;
+  options.hash_seed = f.hash_seed;
+  options.overwrite = f.overwrite;
+  const auto r = serve::export_checkpoint<Model>(f.checkpoint, config, f.bundle, options);
+  std::printf(
+      "bundle %s: %s, %s rows, step %llu, %llu bytes (%zu rows trained, %zu at their "
+      "initial value), fingerprint %s\n",
+      r.dir.string().c_str(), std::string(serve::model_traits<Model>::kind).c_str(),
+      std::string(serve::to_string(f.rows)).c_str(), static_cast<unsigned long long>(r.step),
+      static_cast<unsigned long long>(r.bytes), r.rows_written, r.rows_initialised,
+      serve::bundle_manifest::hex(r.fingerprint).c_str());
+  if (f.eval.empty()) return;
+  if (f.rows == serve::precision::fp32) return evaluate<Model>(f, f.bundle);
+  // The fp32 reference, exported beside the bundle and removed afterwards.
+  const auto reference = std::filesystem::path(f.bundle.string() + ".fp32-reference");
+  serve::export_options fp32 = options;
+  fp32.rows = serve::precision::fp32;
+  fp32.overwrite = true;
+  serve::export_checkpoint<Model>(f.checkpoint, config, reference, fp32);
+  try {
+    evaluate<Model>(f, reference);
+  } catch (...) {
+    std::filesystem::remove_all(reference);
+    throw;
+  }
+  std::filesystem::remove_all(reference);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const flags f = parse(argc, argv);
+    const auto dir = train::checkpoint_directory(f.checkpoint).latest();
+    const auto meta = train::checkpoint_meta::read(dir / "state.ckpt");
+    const auto tables = tables_of(meta);
+    if (tables.empty())
+      fail(errc::invalid_argument,
+           cat("checkpoint ", dir.string(),
+               " does not list its tables (written by an older strata); export it from C++ with "
+               "serve::export_checkpoint and the model's configuration"));
+    std::string model = f.model;
+    if (model.empty()) model = tables[0].name.rfind("wide_", 0) == 0 ? "wide_deep" : "dlrm";
+    std::vector<std::uint64_t> rows;
+    if (model == "dlrm") {
+      for (const auto& t : tables)
+        rows.push_back(t.rows);
+      models::dlrm::config c;
+      c.dense_features = f.dense_features;
+      c.sparse_features = tables.size();
+      c.embedding_dim = tables[0].dim;
+      c.table_rows = rows;
+      std::vector<models::dlrm::config> candidates;
+      if (f.bottom_mlp || f.top_mlp) {
+        if (f.bottom_mlp) c.bottom_mlp = *f.bottom_mlp;
+        if (f.top_mlp) c.top_mlp = *f.top_mlp;
+        candidates.push_back(c);
+      } else {
+        c.bottom_mlp.back() = c.embedding_dim;  // ctr_train's default
+        candidates.push_back(c);
+        c.bottom_mlp = {64, c.embedding_dim};  // ctr_train --tiny
+        c.top_mlp = {64, 1};
+        candidates.push_back(c);
+      }
+      run<models::dlrm>(f, pick<models::dlrm>(candidates, meta, "--bottom-mlp and --top-mlp"));
+    } else {
+      const std::size_t features = tables.size() / 2;
+      for (std::size_t t = 0; t < features; ++t)
+        rows.push_back(tables[t].rows);
+      models::wide_deep::config c;
+      c.dense_features = f.dense_features;
+      c.sparse_features = features;
+      c.deep_dim = tables.back().dim;
+      c.table_rows = rows;
+      std::vector<models::wide_deep::config> candidates;
+      if (f.deep_mlp) {
+        c.deep_mlp = *f.deep_mlp;
+        candidates.push_back(c);
+      } else {
+        candidates.push_back(c);  // ctr_train's default
+        c.deep_mlp = {64, 1};     // ctr_train --tiny
+        candidates.push_back(c);
+      }
+      run<models::wide_deep>(f, pick<models::wide_deep>(candidates, meta, "--deep-mlp"));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata_export: %s\n", e.what());
+    return 1;
+  }
+}
