@@ -72,9 +72,10 @@ class interaction {
     detail::expect_shape("interaction::backward", "dz", dz, z.rows(), dim_);
     detail::expect_size("interaction::backward", "number of embedding gradients", demb.size(),
                         features_);
-    for (std::size_t f = 0; f < features_; ++f)
-      detail::expect_shape("interaction::backward", cat("gradient of embedding ", f), demb[f],
-                           z.rows(), dim_);
+    for (std::size_t f = 0; f < features_; ++f)  // the name is built only for the message
+      if (demb[f].rows() != z.rows() || demb[f].cols() != dim_)
+        detail::expect_shape("interaction::backward", cat("gradient of embedding ", f), demb[f],
+                             z.rows(), dim_);
     const auto n = static_cast<Eigen::Index>(features_ + 1);
     const auto d = static_cast<Eigen::Index>(dim_);
     detail::for_row_blocks(z.rows(), [&](std::size_t first, std::size_t count) {
@@ -109,8 +110,9 @@ class interaction {
                     std::span<const matrix_view<const float>> emb) const {
     detail::expect_shape(where, "z (bottom MLP output)", z, z.rows(), dim_);
     detail::expect_size(where, "number of embedding inputs", emb.size(), features_);
-    for (std::size_t f = 0; f < features_; ++f)
-      detail::expect_shape(where, cat("embedding input ", f), emb[f], z.rows(), dim_);
+    for (std::size_t f = 0; f < features_; ++f)  // the name is built only for the message
+      if (emb[f].rows() != z.rows() || emb[f].cols() != dim_)
+        detail::expect_shape(where, cat("embedding input ", f), emb[f], z.rows(), dim_);
   }
 
   static void gather(matrix_view<const float> z, std::span<const matrix_view<const float>> emb,
