@@ -382,3 +382,67 @@ TEST_CASE("a client refuses in-process readers that do not match the servers", "
   });
   CHECK(refused);
 }
+
+TEST_CASE("the dense table's key plan: changing key lists equal a plain table, every path",
+          "[ps][dense_table]") {
+  // Table 0 is the servers' dense table (its rows resolved once per key list, its update
+  // parallel over stripes above 2^16 floats); every push and pull must still equal a local
+  // table bitwise, whether the keys repeat, shrink, come unsorted with duplicates or return.
+  const std::vector<embedding::table_spec> specs = {{"dense", 5000, 16}, {"t", 50, 16}};
+  const ps::shard_map map(ps::layout::dedicated(1, 2), specs);
+  const optim::adagrad opt{.lr = 0.1f};
+  using server_type = ps::server<optim::adagrad, ps::sync, compress::identity, optim::adagrad>;
+  const std::vector<std::uint64_t> all = iota_keys(5000);
+  std::vector<std::uint64_t> every_third, shuffled;
+  for (std::uint64_t k = 0; k < 5000; k += 3)
+    every_third.push_back(k);
+  for (std::uint64_t k = 0; k < 900; ++k)
+    shuffled.push_back((k * 7919) % 1200);  // unsorted, with duplicates
+  const std::vector<const std::vector<std::uint64_t>*> steps = {&all,      &all, &every_third,
+                                                                &shuffled, &all, &every_third};
+  for (const bool in_process : {false, true}) {
+    CAPTURE(in_process);
+    embedding::local<optim::adagrad> ref(specs, opt);
+    std::vector<std::unique_ptr<server_type>> servers;
+    for (int s = 0; s < 2; ++s)
+      servers.push_back(std::make_unique<server_type>(map, s, opt, opt, 0));
+    ps::client_options copts;
+    if (in_process)
+      for (auto& server : servers)
+        copts.in_process_servers.emplace_back(
+            [at = server.get()](int worker, std::size_t table, std::uint64_t step,
+                                std::span<const std::uint64_t> keys,
+                                const std::function<void(std::size_t, const float*)>& sink) {
+              at->read_rows(worker, table, step, keys, 30.0, sink);
+            });
+    comm::thread_world world(3, {.timeout_seconds = 30});
+    world.run([&](comm::thread_transport& t) {
+      if (map.roles().is_server(t.rank())) {
+        servers[static_cast<std::size_t>(map.roles().server_index(t.rank()))]->serve(t);
+        return;
+      }
+      ps::client<ps::sync, comm::thread_transport> c(t, map, copts);
+      for (std::size_t step = 0; step < steps.size(); ++step) {
+        const auto& keys = *steps[step];
+        matrix<float> got(keys.size(), 16), want(keys.size(), 16), g(keys.size(), 16);
+        c.pull(0, keys, got);
+        ref.gather(0, keys, want);
+        strata_test::ensure(std::memcmp(got.data(), want.data(), got.size() * 4) == 0,
+                            "dense-table rows differ from the local table at step ", step);
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g.flat()[i] = std::sin(static_cast<float>(i % 977 + step));
+        c.push(0, keys, g);
+        ref.apply_gradients(0, keys, g);
+      }
+      matrix<float> got(all.size(), 16), want(all.size(), 16);
+      c.pull(0, all, got);
+      ref.gather(0, all, want);
+      strata_test::ensure(std::memcmp(got.data(), want.data(), got.size() * 4) == 0,
+                          "dense-table rows differ from the local table at the end");
+      c.shutdown();
+    });
+    CHECK(servers[0]->rows(0) + servers[1]->rows(0) == all.size());
+    CHECK(servers[0]->rows(0) > 0);
+    CHECK(servers[1]->rows(0) > 0);
+  }
+}

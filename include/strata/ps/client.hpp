@@ -21,6 +21,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <type_traits>
@@ -300,6 +301,9 @@ class client {
   }
 
  private:
+  [[nodiscard]] static bool strictly_ascending(std::span<const std::uint64_t> keys) noexcept {
+    return std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<>()) == keys.end();
+  }
   [[nodiscard]] bool in_process() const noexcept { return !options_.in_process_servers.empty(); }
   [[nodiscard]] int server_rank(std::size_t s) const {
     return map_.roles().server_rank(static_cast<int>(s));
@@ -319,9 +323,13 @@ class client {
   void push_one(std::size_t table, std::span<const std::uint64_t> keys,
                 matrix_view<const float> grads) {
     const std::size_t dim = map_.spec(table).dim;
-    summed_.sum_duplicates(keys, grads);
-    const auto unique = summed_.keys();
-    const auto summed = summed_.grads();
+    // Strictly ascending keys (e.g. the dense table's rows 0..R-1) have nothing to sum or
+    // sort: their rows go out as given (the same bits sum_duplicates would produce).
+    const bool distinct = strictly_ascending(keys);
+    if (!distinct) summed_.sum_duplicates(keys, grads);
+    const std::span<const std::uint64_t> unique = distinct ? keys : summed_.keys();
+    const matrix_view<const float> summed =
+        distinct ? grads : matrix_view<const float>(summed_.grads());
     const auto servers = static_cast<std::size_t>(map_.roles().servers());
     for (auto& k : server_keys_)
       k.clear();
@@ -504,6 +512,12 @@ class client {
   /// fewer than n).
   void deduplicate(std::span<const std::uint64_t> keys, pull_state& st) {
     const std::size_t n = keys.size();
+    if (strictly_ascending(keys)) {  // already distinct and in the protocol's order
+      st.unique.assign(keys.begin(), keys.end());
+      st.slot_of.resize(n);
+      std::iota(st.slot_of.begin(), st.slot_of.end(), std::uint32_t{0});
+      return;
+    }
     seen_.clear();
     seen_.reserve(n);
     st.slot_of.resize(n);
