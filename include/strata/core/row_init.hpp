@@ -49,6 +49,22 @@ struct uniform_init {
     return init;
   }
 
+  /// The trainer's initialisation (trainer_options::embedding_init_scale): ±`scale` for every
+  /// table when `scale` > 0, else `for_rows` (DLRM's ±sqrt(1/rows)); tables flagged in
+  /// `zero_tables` (a model's `zero_initialised(t)`; empty: none) start at zero. The serving
+  /// bundle rebuilds untouched rows with it, so both must agree.
+  [[nodiscard]] static uniform_init for_training(std::uint64_t seed, float scale,
+                                                 std::span<const std::uint64_t> rows,
+                                                 const std::vector<bool>& zero_tables) {
+    uniform_init result = scale > 0.0f ? uniform_init{seed, scale, {}} : for_rows(seed, rows);
+    if (!zero_tables.empty()) {
+      result.table_scales.resize(rows.size(), 0.0f);
+      for (std::size_t t = 0; t < rows.size() && t < zero_tables.size(); ++t)
+        if (zero_tables[t]) result.table_scales[t] = zeros;
+    }
+    return result;
+  }
+
   /// Half-width of the interval used for rows of `dim` values of table `table`.
   [[nodiscard]] float bound(std::size_t table, std::size_t dim) const noexcept {
     if (table < table_scales.size() && table_scales[table] > 0.0f) return table_scales[table];

@@ -486,24 +486,18 @@ concept bundle_model = requires(const typename Model::config& c, bundle_manifest
 };
 
 /// The row initialiser a trainer of `Model` with this seed and `embedding_init_scale` uses
-/// (train::trainer::init, reproduced: ±scale when > 0, else DLRM's ±sqrt(1/rows) per table;
-/// the tables the model starts at zero are zero) — what untouched rows hold.
+/// (`uniform_init::for_training`, the function train::trainer::init calls) — what untouched
+/// rows hold.
 template <class Model>
 uniform_init training_init(const Model& model, std::uint64_t seed, float embedding_init_scale) {
-  const auto tables = model.tables();
-  uniform_init result{seed, embedding_init_scale, {}};
-  if (embedding_init_scale <= 0.0f) {
-    std::vector<std::uint64_t> rows;
-    for (const auto& spec : tables)
-      rows.push_back(spec.rows);
-    result = uniform_init::for_rows(seed, rows);
-  }
-  if constexpr (requires { model.zero_initialised(std::size_t{}); }) {
-    result.table_scales.resize(tables.size(), 0.0f);
-    for (std::size_t t = 0; t < tables.size(); ++t)
-      if (model.zero_initialised(t)) result.table_scales[t] = uniform_init::zeros;
-  }
-  return result;
+  std::vector<std::uint64_t> rows;
+  std::vector<bool> zero_tables;
+  for (const auto& spec : model.tables())
+    rows.push_back(spec.rows);
+  if constexpr (requires { model.zero_initialised(std::size_t{}); })
+    for (std::size_t t = 0; t < rows.size(); ++t)
+      zero_tables.push_back(model.zero_initialised(t));
+  return uniform_init::for_training(seed, embedding_init_scale, rows, zero_tables);
 }
 
 // ---- writing a bundle ----------------------------------------------------------------------

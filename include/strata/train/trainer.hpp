@@ -559,21 +559,11 @@ class trainer {
   /// Embedding initialisation: ±embedding_init_scale when set, else DLRM's per-table
   /// ±sqrt(1/rows); tables the model starts at zero (`zero_initialised(t)`) are zero.
   [[nodiscard]] embedding::uniform_init init() const {
-    embedding::uniform_init result{options_.seed, options_.embedding_init_scale, {}};
-    if (options_.embedding_init_scale <= 0.0f) {
-      std::vector<std::uint64_t> rows;
-      for (const auto& spec : tables_)
-        rows.push_back(spec.rows);
-      result = embedding::uniform_init::for_rows(options_.seed, rows);
-    }
-    if constexpr (requires(const Model& m) {
-                    { m.zero_initialised(std::size_t{}) } -> std::convertible_to<bool>;
-                  }) {
-      result.table_scales.resize(tables_.size(), 0.0f);
-      for (std::size_t t = 0; t < tables_.size(); ++t)
-        if (zero_tables_[t]) result.table_scales[t] = embedding::uniform_init::zeros;
-    }
-    return result;
+    std::vector<std::uint64_t> rows;
+    for (const auto& spec : tables_)
+      rows.push_back(spec.rows);
+    return embedding::uniform_init::for_training(options_.seed, options_.embedding_init_scale, rows,
+                                                 zero_tables_);
   }
   /// Number of sparse input columns the model reads (from the model, on every process).
   [[nodiscard]] std::size_t sparse_features() const noexcept { return sparse_columns_; }
