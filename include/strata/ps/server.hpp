@@ -398,24 +398,9 @@ class server {
       for_each_planned_row(tab, table, keys, fn, false);
       return;
     }
-    const std::size_t stripes = options_.stripes, n = keys.size();
-    // bounds[s + 1] ← keys in stripe s; prefix sums make bounds[s] the first position of s;
-    // placing advances bounds[s] to the end of stripe s.
-    std::vector<std::uint32_t> bounds(stripes + 1, 0), order(n);
-    for (const std::uint64_t key : keys)
-      ++bounds[stripe_index(key) + 1];
-    for (std::size_t s = 0; s < stripes; ++s)
-      bounds[s + 1] += bounds[s];
-    for (std::size_t i = 0; i < n; ++i)
-      order[bounds[stripe_index(keys[i])]++] = static_cast<std::uint32_t>(i);
-    std::uint32_t first = 0;
-    for (std::size_t s = 0; s < stripes; first = bounds[s], ++s) {
-      if (first == bounds[s]) continue;
-      auto& st = tab.stripes[s];
-      std::lock_guard lock(st.mutex);
-      for (std::uint32_t j = first; j < bounds[s]; ++j)
-        fn(order[j], find_or_create(tab, st, table, keys[order[j]]));
-    }
+    std::vector<std::uint32_t> bounds, order;
+    for_each_key_row_grouped(tab, table, keys, bounds, order,
+                             [&](std::size_t i, float* row, std::uint32_t) { fn(i, row); });
   }
   /// for_each_key_row through the table's cached key plan (built on first use, or again when
   /// the keys differ from the plan's): no grouping and no index probe per key. `parallel`:
@@ -476,6 +461,8 @@ class server {
                                 std::vector<std::uint32_t>& bounds,
                                 std::vector<std::uint32_t>& order, Fn&& fn) {
     const std::size_t stripes = options_.stripes, n = keys.size();
+    // bounds[s + 1] ← keys in stripe s; prefix sums make bounds[s] the first position of s;
+    // placing advances bounds[s] to the end of stripe s.
     bounds.assign(stripes + 1, 0);
     order.resize(n);
     for (const std::uint64_t key : keys)

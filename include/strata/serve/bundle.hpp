@@ -729,42 +729,28 @@ export_report export_checkpoint(const std::filesystem::path& checkpoint,
   std::vector<float> dense(meta.dense_count);
   const std::size_t dense_row = meta.dense_row == 0 ? 1 : meta.dense_row;
   const std::size_t dense_rows = (dense.size() + dense_row - 1) / dense_row;
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.path().filename().string().rfind("rows-", 0) == 0) files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  if (files.empty())
-    fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " has no rows-*.ckpt files"));
+  std::vector<train::row_shape> shapes;
+  for (const auto& table : tables)
+    shapes.push_back({table.dim, train::row_shape::any_state});
+  shapes.push_back({dense_row, train::row_shape::any_state});
   std::vector<bool> dense_seen(dense_rows, false);
   const auto visit = [&](auto&& take) {
-    for (const auto& file : files) {
-      const train::checkpoint_reader in(file);
-      const auto count = in.value<std::uint64_t>("tables");
-      if (count != tables.size() + 1)
-        fail(errc::corrupt_data, cat("checkpoint ", file.string(), " has ",
-                                     count == 0 ? 0 : count - 1, " embedding tables but the ",
-                                     model_traits<Model>::kind, " model has ", tables.size()));
-      for (std::size_t t = 0; t <= tables.size(); ++t) {
-        const bool is_dense = t == tables.size();
-        const std::size_t dim = is_dense ? dense_row : tables[t].dim;
-        const auto keys = in.values<std::uint64_t>(cat("t", t, "/keys"));
-        const auto rows = in.values<float>(cat("t", t, "/rows"), keys.size() * dim);
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          const std::span<const float> row(rows.data() + i * dim, dim);
-          if (!is_dense) {
-            take(t, keys[i], row);
-            continue;
+    train::read_row_records(
+        dir, shapes,
+        [&](std::size_t t, std::uint64_t key, std::span<const float> row, std::span<const float>,
+            const fs::path& file) {
+          if (t < tables.size()) {
+            take(t, key, row);
+            return;
           }
-          if (keys[i] >= dense_rows)
-            fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": dense row ", keys[i],
+          if (key >= dense_rows)
+            fail(errc::corrupt_data, cat("checkpoint ", file.string(), ": dense row ", key,
                                          " outside the model's ", dense_rows, " rows"));
-          const std::size_t first = keys[i] * dense_row;
+          const std::size_t first = key * dense_row;
           const std::size_t n = std::min(dense_row, dense.size() - first);
           std::copy_n(row.begin(), n, dense.begin() + static_cast<std::ptrdiff_t>(first));
-          dense_seen[keys[i]] = true;
-        }
-      }
-    }
+          dense_seen[key] = true;
+        });
     const auto seen = std::count(dense_seen.begin(), dense_seen.end(), true);
     if (static_cast<std::size_t>(seen) != dense_rows)
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", seen, " of the ",

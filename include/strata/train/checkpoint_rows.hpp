@@ -228,6 +228,9 @@ class row_records {
 
 /// The shape a table's records must have: values per row and optimizer state floats per row.
 struct row_shape {
+  /// `state_floats` for a reader that does not use the state: not read, not checked (fn gets
+  /// an empty state).
+  static constexpr std::size_t any_state = static_cast<std::size_t>(-1);
   std::size_t dim = 0;
   std::size_t state_floats = 0;
 };
@@ -257,10 +260,14 @@ void read_row_records(const std::filesystem::path& dir, std::span<const row_shap
       const auto [dim, sf] = shapes[t];
       const auto keys = in.values<std::uint64_t>(cat("t", t, "/keys"));
       const auto rows = in.values<float>(cat("t", t, "/rows"), keys.size() * dim);
-      const auto state = in.values<float>(cat("t", t, "/state"), keys.size() * sf);
+      const bool with_state = sf != row_shape::any_state;
+      const auto state = with_state ? in.values<float>(cat("t", t, "/state"), keys.size() * sf)
+                                    : std::vector<float>{};
       for (std::size_t i = 0; i < keys.size(); ++i)
         fn(t, keys[i], std::span<const float>(rows.data() + i * dim, dim),
-           std::span<const float>(state.data() + i * sf, sf), file);
+           with_state ? std::span<const float>(state.data() + i * sf, sf)
+                      : std::span<const float>{},
+           file);
     }
   }
 }
