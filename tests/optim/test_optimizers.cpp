@@ -53,6 +53,16 @@ struct ref_adam {
     }
   }
 };
+struct ref_momentum {
+  double lr, beta, decay;
+  void operator()(std::vector<double>& w, std::vector<double>& s, const std::vector<double>& g) {
+    if (s.empty()) s.assign(w.size(), 0.0);  // s = velocity
+    for (std::size_t c = 0; c < w.size(); ++c) {
+      s[c] = beta * s[c] + (g[c] + decay * w[c]);
+      w[c] -= lr * s[c];
+    }
+  }
+};
 struct ref_ftrl {
   double alpha, beta, l1, l2;
   void operator()(std::vector<double>& w, std::vector<double>& s, const std::vector<double>& g) {
@@ -147,6 +157,12 @@ TEST_CASE("optimizers model sparse_optimizer; other types do not", "[optim]") {
 
 TEST_CASE("sgd matches a float64 reference", "[optim][sgd]") {
   check_against_reference(sgd{0.1f}, ref_sgd{0.1});
+}
+
+TEST_CASE("momentum with weight decay matches a float64 reference", "[optim][momentum]") {
+  check_against_reference(momentum{.lr = 0.1f}, ref_momentum{0.1, 0.9, 5e-4});
+  check_against_reference(momentum{.lr = 0.05f, .beta = 0.5f, .weight_decay = 0.0f},
+                          ref_momentum{0.05, 0.5, 0.0});
 }
 
 TEST_CASE("adagrad matches a float64 reference", "[optim][adagrad]") {

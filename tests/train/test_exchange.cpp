@@ -32,6 +32,30 @@ TEST_CASE("ordered allreduce sums in rank order, bitwise", "[train][exchange]") 
   }
 }
 
+TEST_CASE("ordered allreduce sums float64 values in rank order too (batch-norm statistics)",
+          "[train][exchange]") {
+  for (int n : {2, 3}) {
+    // The inputs are computed once (a compiler may contract a formula differently where it is
+    // inlined twice).
+    std::vector<std::vector<double>> inputs(static_cast<std::size_t>(n), std::vector<double>(17));
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < 17; ++i)
+        inputs[static_cast<std::size_t>(r)][i] =
+            std::sin(0.37 * static_cast<double>(i) + r) * (1 + r * 1e9);
+    comm::thread_world world(n, {.timeout_seconds = 20});
+    REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
+      std::vector<double> data = inputs[static_cast<std::size_t>(t.rank())];
+      train::detail::ordered_allreduce(t, std::span(data));
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        double expected = inputs[0][i];
+        for (std::size_t r = 1; r < inputs.size(); ++r)
+          expected += inputs[r][i];
+        strata_test::ensure(data[i] == expected, "rank ", t.rank(), " value ", i);
+      }
+    }));
+  }
+}
+
 TEST_CASE("allgatherv gathers blobs of different lengths in rank order", "[train][exchange]") {
   comm::thread_world world(4);
   REQUIRE_NOTHROW(world.run([](comm::thread_transport& t) {

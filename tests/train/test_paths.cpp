@@ -82,8 +82,8 @@ namespace {
 struct counting_allreduce {
   static constexpr const char* name = "counting_allreduce";
   std::atomic<int>* calls = nullptr;
-  template <comm::transport T>
-  void operator()(T& t, std::span<float> data) const {
+  template <comm::transport T, class V>
+  void operator()(T& t, std::span<V> data) const {
     calls->fetch_add(1);
     comm::allreduce(t, data);
   }
@@ -135,6 +135,43 @@ TEST_CASE("allreduce_dense uses the Allreduce it is given, with its options",
   REQUIRE_THROWS_WITH((train::allreduce_dense<compress::identity, optim::sgd, counting_allreduce>(
                           train::dense_rows(count, 64), optim::sgd{}, true, {&calls})),
                       Catch::Contains("cannot give rank-ordered"));
+}
+
+TEST_CASE("allreduce_dense sums statistics in float64, lossless whatever the compressor",
+          "[train][dense_path]") {
+  // Batch norm's per-channel sums: exact rank-order sums when deterministic, the ring's (equal
+  // to the naive sum up to rounding) otherwise; fp16 on the gradients never touches them.
+  std::vector<std::vector<double>> inputs(3, std::vector<double>(9));  // computed once
+  for (std::size_t r = 0; r < 3; ++r)
+    for (std::size_t i = 0; i < 9; ++i)
+      inputs[r][i] = std::cos(0.3 * static_cast<double>(i) - static_cast<double>(r)) *
+                     (1 + static_cast<double>(r) * 1e7);
+  for (bool deterministic : {false, true}) {
+    comm::thread_world world(3, {.timeout_seconds = 20});
+    REQUIRE_NOTHROW(world.run([&](comm::thread_transport& t) {
+      train::allreduce_dense<compress::fp16, optim::sgd> path(train::dense_rows(10, 4),
+                                                              optim::sgd{}, deterministic);
+      std::vector<double> sums = inputs[static_cast<std::size_t>(t.rank())];
+      path.sum_statistics(t, std::span(sums));
+      for (std::size_t i = 0; i < sums.size(); ++i) {
+        const double expected = (inputs[0][i] + inputs[1][i]) + inputs[2][i];
+        if (deterministic)
+          strata_test::ensure(sums[i] == expected, "value ", i, ": ", sums[i], " != ", expected);
+        else  // the ring's order: float64 rounding of a 3e7 magnitude, far below fp16's
+          strata_test::ensure(std::abs(sums[i] - expected) <= 1e-8, "value ", i);
+      }
+    }));
+  }
+  std::atomic<int> calls{0};
+  comm::thread_world world(2, {.timeout_seconds = 20});
+  world.run([&](comm::thread_transport& t) {
+    train::allreduce_dense<compress::identity, optim::sgd, counting_allreduce> path(
+        train::dense_rows(8, 4), optim::sgd{}, false, counting_allreduce{&calls});
+    std::vector<double> sums(3, 0.5);
+    path.sum_statistics(t, std::span(sums));
+    strata_test::ensure(sums[2] == 1.0, "two ranks of 0.5: ", sums[2]);
+  });
+  REQUIRE(calls.load() == 2);  // the foreign Allreduce sums the statistics too
 }
 
 TEST_CASE("allreduce_dense through fp16 stays within fp16 rounding of the float64 sum",

@@ -198,6 +198,23 @@ class allreduce_dense {
     }
   }
 
+  /// Sums per-batch statistics (e.g. batch norm's Σx, Σx² per channel) over the workers, in
+  /// place, in float64 and lossless whatever the Compressor: the collective of synchronised
+  /// batch norm. Rank-ordered when deterministic, else the same Allreduce as the gradients.
+  template <comm::transport T>
+  void sum_statistics(T& workers, std::span<double> values) {
+    if constexpr (foreign_allreduce)
+      allreduce_(workers, values);
+    else if (deterministic_)
+      detail::ordered_allreduce(workers, values);
+    else
+      comm::allreduce(workers, values, comm::reduce_op::sum, allreduce_);
+  }
+
+  /// The optimizer's hyper-parameters, e.g. to follow a learning-rate schedule between steps.
+  [[nodiscard]] Optimizer& optimizer() noexcept { return optimizer_; }
+  [[nodiscard]] const Optimizer& optimizer() const noexcept { return optimizer_; }
+
   // ---- checkpoint hooks: the replica's rows with their optimizer state, and the residual ----
 
   /// Calls add(table, r, row, state) for every row r of the replica `params` (padded) with its

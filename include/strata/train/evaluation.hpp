@@ -1,14 +1,19 @@
 /// @file evaluation.hpp
-/// Scores of a CTR model's predictions on a held-out set: AUC, logloss and accuracy.
+/// Scores of a CTR model's predictions on a held-out set (AUC, logloss, accuracy), and the
+/// checksums reports carry to compare runs bitwise (threads against MPI, strategy against
+/// strategy).
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/core/rng.hpp"
 #include "strata/data/metrics.hpp"
 #include "strata/train/options.hpp"
 
@@ -35,5 +40,21 @@ inline eval_point score_predictions(std::span<const float> logits, std::span<con
   point.accuracy = data::accuracy(probs, labels);
   return point;
 }
+
+namespace detail {
+/// Order-independent checksum of rows: wrapping sum of a hash of (table, key, bits of row).
+inline std::uint64_t row_hash(std::size_t table, std::uint64_t key, std::span<const float> row) {
+  std::uint64_t h = mix_ids(table + 1, key);
+  for (float v : row)
+    h = mix_ids(h, std::bit_cast<std::uint32_t>(v));
+  return h;
+}
+inline std::uint64_t values_checksum(std::span<const float> values) {
+  std::uint64_t h = 0x5354524154410000ull;
+  for (float v : values)
+    h = mix_ids(h, std::bit_cast<std::uint32_t>(v));
+  return h;
+}
+}  // namespace detail
 
 }  // namespace strata::train

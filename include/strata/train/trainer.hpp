@@ -121,20 +121,6 @@ struct resolved_storage<Storage, Consistency, Transport, Codec, true> {
   using type = embedding::sharded<typename Storage::optimizer_type, Consistency, Transport, Codec>;
 };
 
-/// Order-independent checksum of rows: wrapping sum of a hash of (table, key, bits of row).
-inline std::uint64_t row_hash(std::size_t table, std::uint64_t key, std::span<const float> row) {
-  std::uint64_t h = mix_ids(table + 1, key);
-  for (float v : row)
-    h = mix_ids(h, std::bit_cast<std::uint32_t>(v));
-  return h;
-}
-inline std::uint64_t values_checksum(std::span<const float> values) {
-  std::uint64_t h = 0x5354524154410000ull;
-  for (float v : values)
-    h = mix_ids(h, std::bit_cast<std::uint32_t>(v));
-  return h;
-}
-
 }  // namespace detail
 
 /// The CTR trainer. Model: a `models::ctr_model`; Storage: `embedding::local<Opt>` /

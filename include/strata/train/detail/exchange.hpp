@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "strata/comm/collectives.hpp"
@@ -23,8 +24,9 @@ inline constexpr comm::tag_t gatherv_tag = comm::reserved_tag_base + 0x201;
 /// Reduce-scatter straight to each segment's owner, then ring all-gather: every rank sends
 /// 2(N−1)/N of the bytes, like the ring, but the summation order does not depend on N's ring
 /// position. Blocking.
-template <comm::transport T>
-void ordered_allreduce(T& t, std::span<float> data) {
+template <comm::transport T, class V>
+requires std::is_same_v<V, float> || std::is_same_v<V, double>
+void ordered_allreduce(T& t, std::span<V> data) {
   const int n = t.size();
   comm::detail::check_same_count(t, data.size(), "ordered allreduce");
   if (n == 1) return;
@@ -39,9 +41,9 @@ void ordered_allreduce(T& t, std::span<float> data) {
     t.send(peer, ordered_tag, std::as_bytes(data.subspan(seg.begin, seg.size())));
   }
   // Sum my segment in rank order.
-  aligned_buffer<float> sum(mine.size()), incoming(mine.size());
+  aligned_buffer<V> sum(mine.size()), incoming(mine.size());
   for (int peer = 0; peer < n; ++peer) {
-    std::span<const float> part;
+    std::span<const V> part;
     if (peer == rank) {
       part = data.subspan(mine.begin, mine.size());
     } else {
