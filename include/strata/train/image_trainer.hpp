@@ -65,7 +65,7 @@ struct image_trainer_options {
   /// Cosine decay of the optimizer's learning rate from its value to 0 over the run
   /// (lr_s = lr · ½(1 + cos(π s / steps))); false: constant.
   bool cosine_lr = true;
-  std::optional<data::augment_options> augment;  ///< random crop + flip of training images
+  std::optional<data::augment_options> augment{};  ///< random crop + flip of training images
   std::size_t dense_row = 256;   ///< rows of the optimizer's update (allreduce_dense)
   std::size_t eval_batch = 256;  ///< test images per forward
   double timeout_seconds = 600;  ///< a rank waiting longer than this for a peer fails
