@@ -115,4 +115,33 @@ class dlrm {
 
 static_assert(ctr_model<dlrm>);
 
+/// A DLRM whose sizes are the type `Shape` (a `dlrm_shape`, e.g. criteo_kaggle_dlrm): the
+/// same model as `dlrm`, with `embedding_bytes` and `dense_bytes` as compile-time constants
+/// (train::auto_trainer picks the strategy from them). Its config is a `dlrm_config` with the
+/// shape's sizes (`shape_config()`; the seed and GEMM engine may be changed); a config of
+/// other sizes is refused.
+template <dlrm_shape Shape>
+class static_dlrm : public dlrm {
+ public:
+  using shape = Shape;
+  using config = dlrm_config;
+  static constexpr std::uint64_t embedding_bytes = dlrm_sizes<Shape>::embedding_bytes;
+  static constexpr std::uint64_t dense_bytes = dlrm_sizes<Shape>::dense_bytes;
+
+  /// The shape's sizes as a configuration (seed 0, the default GEMM engine).
+  [[nodiscard]] static config shape_config() { return dlrm_sizes<Shape>::config(); }
+
+  static_dlrm() : static_dlrm(shape_config()) {}
+  explicit static_dlrm(const config& c) : dlrm(checked(c)) {}
+
+ private:
+  static const config& checked(const config& c) {
+    STRATA_EXPECTS(dlrm_sizes<Shape>::matches(c),
+                   "static_dlrm: the configuration's sizes differ from the shape type's (its "
+                   "strategy was chosen at compile time for those): start from "
+                   "static_dlrm<Shape>::shape_config() and change only seed or gemm");
+    return c;
+  }
+};
+
 }  // namespace strata::models

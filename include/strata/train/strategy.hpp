@@ -94,32 +94,54 @@ inline constexpr double ps_embedding_share = 0.70;
 inline constexpr double allreduce_embedding_share = 0.30;
 inline constexpr std::uint64_t small_dnn_bytes = std::uint64_t{64} << 20;
 
-/// The strategy rule as a function (for flags resolved at run time): "ps", "allreduce" or
-/// "hybrid". `auto_strategy` applies the same rule at compile time.
-constexpr const char* choose_strategy(std::uint64_t embedding_bytes, std::uint64_t dense_bytes) {
+/// The three strategies the size rule chooses among.
+enum class strategy_kind { allreduce, parameter_server, hybrid };
+
+/// The size rule, one function for compile time (auto_strategy, auto_trainer) and run time
+/// (`ctr_train --strategy auto`): parameter server when embeddings are ≥ 70% of the parameter
+/// bytes and the DNN is small (≤ 64 MiB), ring allreduce when embeddings are small (< 30%),
+/// hybrid otherwise. The DNN cap departs from the bare "≥ 70% → PS" rule on purpose: under a
+/// parameter server every worker pulls and pushes the whole DNN through the servers each step
+/// (N·D bytes into and out of the servers), while a ring moves 2(N−1)/N·D per worker with no
+/// hot spot — so a large DNN goes to allreduce beside PS-held tables (hybrid), see docs/ctr.md.
+constexpr strategy_kind choose_strategy_kind(std::uint64_t embedding_bytes,
+                                             std::uint64_t dense_bytes) {
   const double share = embedding_bytes + dense_bytes == 0
                            ? 0.0
                            : static_cast<double>(embedding_bytes) /
                                  static_cast<double>(embedding_bytes + dense_bytes);
-  if (share >= ps_embedding_share && dense_bytes <= small_dnn_bytes) return "ps";
-  if (share < allreduce_embedding_share) return "allreduce";
+  if (share >= ps_embedding_share && dense_bytes <= small_dnn_bytes)
+    return strategy_kind::parameter_server;
+  if (share < allreduce_embedding_share) return strategy_kind::allreduce;
+  return strategy_kind::hybrid;
+}
+
+/// The size rule's answer as ctr_train's --strategy name: "ps", "allreduce" or "hybrid".
+constexpr const char* choose_strategy(std::uint64_t embedding_bytes, std::uint64_t dense_bytes) {
+  switch (choose_strategy_kind(embedding_bytes, dense_bytes)) {
+    case strategy_kind::parameter_server:
+      return "ps";
+    case strategy_kind::allreduce:
+      return "allreduce";
+    case strategy_kind::hybrid:
+      break;
+  }
   return "hybrid";
 }
 
-/// Compile-time strategy from the model's sizes:
-/// PS when embeddings are ≥ 70% of parameters and the DNN is small (≤ 64 MiB), ring allreduce
-/// when embeddings are small (< 30%), hybrid otherwise.
+/// Compile-time strategy from the model's sizes (choose_strategy_kind's rule):
+/// `parameter_server<Consistency>`, `comm::ring_allreduce` or `hybrid<Consistency>`.
 template <std::uint64_t embedding_bytes, std::uint64_t dense_bytes, class Consistency = ps::sync>
 struct auto_strategy {
+  static constexpr strategy_kind kind = choose_strategy_kind(embedding_bytes, dense_bytes);
   static constexpr double embedding_share =
       embedding_bytes + dense_bytes == 0 ? 0.0
                                          : static_cast<double>(embedding_bytes) /
                                                static_cast<double>(embedding_bytes + dense_bytes);
   using type =
-      std::conditional_t<(embedding_share >= ps_embedding_share && dense_bytes <= small_dnn_bytes),
-                         parameter_server<Consistency>,
-                         std::conditional_t<(embedding_share < allreduce_embedding_share),
-                                            comm::ring_allreduce, hybrid<Consistency>>>;
+      std::conditional_t<kind == strategy_kind::parameter_server, parameter_server<Consistency>,
+                         std::conditional_t<kind == strategy_kind::allreduce, comm::ring_allreduce,
+                                            hybrid<Consistency>>>;
 };
 template <std::uint64_t embedding_bytes, std::uint64_t dense_bytes, class Consistency = ps::sync>
 using auto_strategy_t = typename auto_strategy<embedding_bytes, dense_bytes, Consistency>::type;
