@@ -10,4 +10,5 @@
 #include "strata/compress/identity.hpp"
 #include "strata/compress/int8_block.hpp"
 #include "strata/compress/keyed_error_feedback.hpp"
+#include "strata/compress/per_path.hpp"
 #include "strata/compress/topk.hpp"

@@ -47,6 +47,7 @@
 #include "strata/compress/concepts.hpp"
 #include "strata/compress/error_feedback.hpp"
 #include "strata/compress/identity.hpp"
+#include "strata/compress/per_path.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/finite.hpp"
 #include "strata/core/progress.hpp"
@@ -127,7 +128,8 @@ struct resolved_storage<Storage, Consistency, Transport, Codec, true> {
 /// `embedding::hash_table<Opt>` (ring_allreduce) or `embedding::sharded<Opt>` (PS strategies);
 /// Communicator: `comm::ring_allreduce`, `parameter_server<Consistency>` or
 /// `hybrid<Consistency>`; Compressor: a `compress::compressor` for dense gradients and PS
-/// pushes (`error_feedback<C>` keeps residuals on the workers).
+/// pushes (`error_feedback<C>` keeps residuals on the workers), or `compress::per_path<Dense,
+/// Push>` for a codec per path (hybrid: the dense allreduce's and the pushes').
 ///
 /// Optimizers per part: the Storage's optimizer updates the embedding rows; DenseOptimizer
 /// (any `optim::sparse_optimizer`, by default the Storage's) updates the dense parameters, cut
@@ -136,7 +138,7 @@ struct resolved_storage<Storage, Consistency, Transport, Codec, true> {
 /// sums (under `parameter_server` the servers apply DenseOptimizer to the dense table).
 /// Not thread-safe; `fit` runs the whole world on threads.
 template <models::ctr_model Model, class Storage, communicator Communicator,
-          compress::compressor Compressor = compress::identity,
+          compress::trainer_compressor Compressor = compress::identity,
           comm::transport Transport = comm::thread_transport,
           optim::sparse_optimizer DenseOptimizer =
               optim::default_dense_t<typename Storage::optimizer_type>>
@@ -179,17 +181,31 @@ class trainer {
   using dense_optimizer_type = DenseOptimizer;              ///< the dense parameters'
   using consistency_type = typename traits::consistency;
   using transport_type = Transport;
-  using wire_codec_type = typename detail::wire_codec<Compressor>::type;
-  static constexpr bool error_feedback = detail::wire_codec<Compressor>::feedback;
+  /// The codec of each path (one Compressor for both, or compress::per_path<Dense, Push>).
+  using dense_compressor_type = typename compress::path_compressors<Compressor>::dense;
+  using push_compressor_type = typename compress::path_compressors<Compressor>::push;
+  static_assert(!compress::path_compressors<Compressor>::split || !traits::dense_on_ps ||
+                    std::is_same_v<dense_compressor_type, push_compressor_type>,
+                "compress::per_path under parameter_server: the dense gradients are pushes to "
+                "the servers there, so one codec carries both; name the same compressor twice "
+                "or a plain one");
+  static_assert(!compress::path_compressors<Compressor>::split || traits::uses_ps ||
+                    std::is_same_v<push_compressor_type, compress::identity>,
+                "compress::per_path under ring_allreduce: the embedding rows' gradients are "
+                "exchanged lossless among the workers (no pushes), so the push codec must be "
+                "compress::identity");
+  using wire_codec_type = typename detail::wire_codec<push_compressor_type>::type;
+  static constexpr bool error_feedback = detail::wire_codec<push_compressor_type>::feedback;
   using storage_type = typename detail::resolved_storage<Storage, consistency_type, transport_type,
                                                          wire_codec_type, on_ps>::type;
+  /// The pushes travel lossless (identity on the wire).
   static constexpr bool lossless = std::is_same_v<wire_codec_type, compress::identity>;
   static constexpr const char* strategy_name = traits::name;
   /// The two acting parts of the Communicator: how the dense gradients are summed and applied,
   /// and where the embedding rows come from and their gradients go.
-  using dense_path_type =
-      std::conditional_t<traits::dense_on_ps, servers_dense,
-                         allreduce_dense<Compressor, DenseOptimizer, typename traits::allreduce>>;
+  using dense_path_type = std::conditional_t<
+      traits::dense_on_ps, servers_dense,
+      allreduce_dense<dense_compressor_type, DenseOptimizer, typename traits::allreduce>>;
   using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
                                               replicated_rows<Storage>>;
   /// Under every PS strategy the next step's pull is split-phase. Under ps::async it leaves
@@ -921,8 +937,7 @@ class trainer {
     return files;
   }
   /// A worker keeps a compressor residual (dense path) or push residuals (sparse path).
-  static constexpr bool worker_residuals =
-      !lossless && (dense_residual || (on_ps && error_feedback));
+  static constexpr bool worker_residuals = dense_residual || (on_ps && error_feedback && !lossless);
 
   /// Every rank writes what it holds into step-N.tmp/ — worker 0 the run's identity and its
   /// replicas (dense rows, and the tables under ring_allreduce), each worker its residuals,
