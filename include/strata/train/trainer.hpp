@@ -70,6 +70,7 @@
 #include "strata/train/checkpoint_rows.hpp"
 #include "strata/train/dense_path.hpp"
 #include "strata/train/detail/exchange.hpp"
+#include "strata/train/divergence_guard.hpp"
 #include "strata/train/evaluation.hpp"
 #include "strata/train/launch.hpp"
 #include "strata/train/options.hpp"
@@ -521,7 +522,8 @@ class trainer {
     explicit worker_state(const trainer& owner)
         : model(owner.model_config_),
           dense(owner.make_dense_path()),
-          sparse(owner.make_sparse_path()) {}
+          sparse(owner.make_sparse_path()),
+          guard(owner.options_.blowup_warn_factor) {}
     void reset_metrics() {
       loss_sum = 0;
       loss_count = 0;
@@ -538,10 +540,8 @@ class trainer {
     double loss_sum = 0;
     std::size_t loss_count = 0;
     std::vector<float> recent_logits, recent_labels;
-    int index = 0;                ///< the worker's index
-    double loss_average = 0;      ///< running mean of the per-sample step loss (blow-up warning)
-    std::size_t loss_steps = 0;   ///< steps in loss_average
-    std::size_t warned_step = 0;  ///< last step a blow-up warning was logged (0 = none)
+    int index = 0;           ///< the worker's index
+    divergence_guard guard;  ///< the running mean of the step loss (blow-up warning)
   };
 
   [[nodiscard]] dense_path_type make_dense_path() const {
@@ -791,21 +791,8 @@ class trainer {
   /// mean is logged (worker 0, at most once per 100 steps).
   void guard_divergence(worker_state& me, const step_buffers& b, double loss, std::size_t n,
                         std::size_t step) {
-    std::string what;
-    const std::span<const float> grads = me.model.gradients();
-    if (!std::isfinite(loss)) {
-      what = cat("the loss is ", loss);
-    } else if (const std::size_t at = strata::detail::first_non_finite(grads); at < grads.size()) {
-      what = cat("dense gradient ", at, " is ", grads[at]);
-    } else {
-      for (std::size_t t = 0; t < tables_.size() && what.empty(); ++t) {
-        const auto& g = b.row_grads[t];
-        const std::span<const float> values(g.data(), g.rows() * g.cols());
-        if (const std::size_t bad = strata::detail::first_non_finite(values); bad < values.size())
-          what = cat("the gradient of table ", t, " ('", tables_[t].name, "') row of key ",
-                     b.keys[t][bad / g.cols()], " is ", values[bad]);
-      }
-    }
+    const std::string what = divergence_guard::first_non_finite(loss, me.model.gradients(), tables_,
+                                                                b.keys, b.row_grads);
     if (!what.empty()) {
       const std::size_t saved = last_checkpoint_step_.load();
       fail(errc::diverged,
@@ -819,17 +806,9 @@ class trainer {
                          " (step ", saved, "): resume from it (--resume)."),
                " Lower the learning rate (--lr) or check the input data"));
     }
-    const double per_sample = loss / static_cast<double>(std::max<std::size_t>(n, 1));
-    if (me.index == 0 && options_.blowup_warn_factor > 0 && me.loss_steps >= 20 &&
-        per_sample > options_.blowup_warn_factor * me.loss_average &&
-        (me.warned_step == 0 || step >= me.warned_step + 100)) {
-      me.warned_step = step;
-      log_line(cat("warning: step ", step + 1, " loss ", per_sample, " is ",
-                   per_sample / me.loss_average, "x its running mean ", me.loss_average,
-                   " - the run may be diverging (lower --lr?)"));
-    }
-    me.loss_average = me.loss_steps == 0 ? per_sample : 0.95 * me.loss_average + 0.05 * per_sample;
-    ++me.loss_steps;
+    const auto warning =
+        me.guard.observe(loss / static_cast<double>(std::max<std::size_t>(n, 1)), step);
+    if (warning && me.index == 0) log_line(*warning);
   }
 
   eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
