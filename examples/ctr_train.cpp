@@ -120,6 +120,8 @@ struct flags {
       "  --resume-from CKPT              start from this checkpoint (a step-N folder: the way out\n"
       "                                of a damaged 'latest'), write new ones to --checkpoint-dir\n"
       "  --no-divergence-guard           keep training through a non-finite loss or gradient\n"
+      "  --on-divergence stop|skip       a non-finite step stops the run (default) or its batch\n"
+      "                                  is dropped (zero gradients) and counted\n"
       "                                (by default the run stops at that step, names the last\n"
       "                                good checkpoint; no checkpoint is ever written from\n"
       "                                non-finite values either way)\n"
@@ -274,6 +276,10 @@ flags parse(int argc, char** argv) {
       f.options.in_process_pulls = false;
     else if (a == "--no-divergence-guard")
       f.options.divergence_guard = false;
+    else if (a == "--on-divergence")
+      f.options.on_divergence = cli::parse_name(a, value(), {"stop", "skip"}) == "skip"
+                                    ? train::divergence_policy::skip_batch
+                                    : train::divergence_policy::stop;
     else if (a == "--tiny")
       f.tiny = true;
     else if (a == "--gemm") {
@@ -460,6 +466,9 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
           r.train_loss, r.train_loss / e.logloss);
   }
   if (d.teacher_auc >= 0) std::printf("%-28s auc %.4f\n", "teacher (ceiling)", d.teacher_auc);
+  if (f.options.on_divergence == train::divergence_policy::skip_batch)
+    std::printf("%-28s %zu (non-finite loss or gradients; zero gradients sent)\n",
+                "batches dropped", r.skipped_batches);
   double total = 0;
   for (double s : r.phase_seconds)
     total += s;

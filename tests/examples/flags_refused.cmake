@@ -8,6 +8,7 @@ file(MAKE_DIRECTORY "${WORK}")
 file(WRITE "${WORK}/a-file" "not a directory")
 set(nodata "--data|${WORK}/no-such-file.tsv")  # a name error must come before the data error
 set(cases
+  "1|--on-divergence: 'maybe' is not accepted~ accepted: stop, skip|--on-divergence|maybe"
   "1|--workers: '1e10' is out of range~ accepted: integers 1 .. 1024|--workers|1e10"
   "1|--workers: '4294967297' is out of range|--workers|4294967297"
   "1|--batch: '9223372036854775808' is out of range|--batch|9223372036854775808"

@@ -367,6 +367,36 @@ TEST_CASE("read_rows serves in-process pulls once the step is servable, else tim
   CHECK_THROWS_AS(server.read_rows(0, 1, 0, keys, 0.05, sink), strata::error);
 }
 
+TEST_CASE("an in-process reader waiting for a step stops when its server stops serving",
+          "[ps][in_process]") {
+  // Worker 0 fails before pushing (as a diverged worker stops); the world stops, the server's
+  // serve() ends aborted, and worker 1's in-process pull of step 1 — which can never be served
+  // — ends at once with errc::aborted instead of waiting out its 20 s timeout.
+  const ps::shard_map map(ps::layout::dedicated(2, 1), {{"t", 30, 4}});
+  ps::server<optim::sgd, ps::sync> server(map, 0, optim::sgd{});
+  const std::vector<std::uint64_t> keys{3, 7};
+  std::atomic<int> reader_code{-1};
+  comm::thread_world world(3, {.timeout_seconds = 20});
+  stopwatch watch;
+  REQUIRE_THROWS_WITH(world.run([&](comm::thread_transport& t) {
+    if (t.rank() == 2) {
+      server.serve(t);
+    } else if (t.rank() == 0) {
+      fail(errc::diverged, "worker 0 stops");
+    } else {
+      try {
+        server.read_rows(1, 0, 1, keys, 20.0, [](std::size_t, const float*) {});
+      } catch (const strata::error& e) {
+        reader_code = static_cast<int>(e.code());
+        throw;
+      }
+    }
+  }),
+                      Catch::Contains("worker 0 stops"));
+  CHECK(watch.seconds() < 10.0);
+  CHECK(reader_code.load() == static_cast<int>(errc::aborted));
+}
+
 TEST_CASE("a client refuses in-process readers that do not match the servers", "[ps][in_process]") {
   const ps::shard_map map(ps::layout::dedicated(1, 2), {{"t", 30, 4}});
   comm::thread_world world(3, {.timeout_seconds = 20});

@@ -12,11 +12,14 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "strata/embedding/local.hpp"
+#include "strata/embedding/sharded.hpp"
 #include "strata/models/dlrm.hpp"
 #include "strata/optim/adagrad.hpp"
+#include "strata/optim/sgd.hpp"
 #include "strata/train/divergence_guard.hpp"
 #include "strata/train/trainer.hpp"
 #include "support/ctr_fixtures.hpp"
@@ -99,4 +102,77 @@ TEST_CASE("the trainer's worker 0 logs the blow-up warning, once per 100 steps",
     ++warnings;
   INFO(log);
   CHECK(warnings == 1);  // 90 steps: one warning, then quiet; worker 1 logs none
+}
+
+TEST_CASE("divergence_policy::skip_batch drops a poisoned batch, counts it and trains on",
+          "[train][divergence]") {
+  // 1536 samples = 48 global batches of 2 × 16: sample 700 (a NaN dense feature) is in exactly
+  // one batch per epoch.
+  const auto clean = strata_test::make_data(1536, 42);
+  const auto eval = strata_test::make_data(400, 43);
+  data::ctr_batch all;
+  std::vector<std::size_t> indices(clean.size());
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    indices[i] = i;
+  clean.gather(indices, all);
+  all.dense(700, 1) = std::numeric_limits<float>::quiet_NaN();
+  data::ctr_dataset poisoned(clean.dense_cols(), clean.sparse_cols());
+  poisoned.append(all);
+
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  auto options = strata_test::base_options(2, 16);
+  options.max_steps = 0;
+  options.epochs = 2;
+  const auto check_strategy = [&]<class Trainer>(std::type_identity<Trainer>) {
+    const auto reference = Trainer(strata_test::small_dlrm(), opt, options).fit(clean, &eval);
+    REQUIRE_THROWS_WITH(Trainer(strata_test::small_dlrm(), opt, options).fit(poisoned),
+                        Catch::Contains("the loss is") && Catch::Contains("nan"));
+    auto skipping = options;
+    skipping.on_divergence = train::divergence_policy::skip_batch;
+    Trainer trainer(strata_test::small_dlrm(), opt, skipping);
+    const auto report = trainer.fit(poisoned, &eval);
+    CHECK(report.steps == 96);
+    CHECK(report.skipped_batches == 2);  // one per epoch
+    CHECK(report.dense_checksum != reference.dense_checksum);
+    for (float v : trainer.dense_parameters())
+      REQUIRE(std::isfinite(v));
+    std::size_t rows = 0;
+    trainer.for_each_embedding_row(
+        [&](std::size_t, std::uint64_t, std::span<const float> row, std::span<const float> st) {
+          ++rows;
+          for (float v : row)
+            REQUIRE(std::isfinite(v));
+          for (float v : st)
+            REQUIRE(std::isfinite(v));
+        });
+    CHECK(rows > 0);
+    CHECK(std::isfinite(report.train_loss));
+    CHECK(report.evals.back().auc == Approx(reference.evals.back().auc).margin(0.02));
+  };
+  SECTION("allreduce") {
+    check_strategy(std::type_identity<train::trainer<models::dlrm, embedding::local<optim::adagrad>,
+                                                     comm::ring_allreduce>>{});
+  }
+  SECTION("parameter servers") {
+    check_strategy(
+        std::type_identity<train::trainer<models::dlrm, embedding::sharded<optim::adagrad>,
+                                          train::parameter_server<ps::sync>>>{});
+  }
+}
+
+TEST_CASE("skip_batch stops when a worker's steps stay non-finite: the model itself diverged",
+          "[train][divergence]") {
+  const auto data = strata_test::make_data(2000, 44);
+  optim::sgd absurd;
+  absurd.lr = 1e30f;  // the weights overflow after the first steps; every later loss is NaN
+  auto options = strata_test::base_options(2, 16);
+  options.max_steps = 60;
+  options.on_divergence = train::divergence_policy::skip_batch;
+  train::trainer<models::dlrm, embedding::local<optim::sgd>, comm::ring_allreduce> trainer(
+      strata_test::small_dlrm(), absurd, options);
+  REQUIRE_THROWS_WITH(trainer.fit(data), Catch::Contains("training diverged at step") &&
+                                             Catch::Contains("batches before it were dropped "
+                                                             "too") &&
+                                             Catch::Contains("no longer finite"));
 }

@@ -173,6 +173,7 @@ class server {
       std::lock_guard lock(done_mutex_);
       stopping_ = false;
     }
+    serve_failed_.store(false);
     std::vector<std::thread> pool;
     pool.reserve(static_cast<std::size_t>(options_.threads));
     for (int i = 0; !inline_ && i < options_.threads; ++i)
@@ -211,7 +212,16 @@ class server {
     jobs_ready_.notify_all();
     for (auto& thread : pool)
       thread.join();
-    if (failure) std::rethrow_exception(failure);
+    if (failure) {
+      // In-process readers waiting for a step this server will never apply end now (aborted),
+      // not at their timeout.
+      serve_failed_.store(true);
+      for (auto& tab : tables_) {
+        std::lock_guard lock(tab->mutex);
+        tab->applied_cv.notify_all();
+      }
+      std::rethrow_exception(failure);
+    }
     if (task_failure_) std::rethrow_exception(std::exchange(task_failure_, nullptr));
   }
 
@@ -253,8 +263,15 @@ class server {
       std::unique_lock lock(tab.mutex);
       if (!servable()) {
         deferred_pulls_.fetch_add(1, std::memory_order_relaxed);
-        if (!tab.applied_cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                                     servable))
+        const bool ready_now =
+            tab.applied_cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                                    [&] { return servable() || serve_failed_.load(); });
+        if (ready_now && !servable())
+          fail(errc::aborted, cat("ps::server::read_rows: server ", index_,
+                                  " stopped serving (its rank failed or the world is stopping) "
+                                  "while worker ",
+                                  worker, " waited for table ", table, " at step ", step));
+        if (!ready_now)
           fail(errc::timeout,
                cat("ps::server::read_rows: worker ", worker, "'s pull of table ", table,
                    " for step ", step, " was not servable within ", timeout_seconds, " s under ",
@@ -915,6 +932,9 @@ class server {
   std::mutex send_mutex_;
   std::mutex done_mutex_;
   std::condition_variable done_;
+  /// serve() ended by a failure (its transport aborted or timed out): in-process readers stop
+  /// waiting for steps.
+  std::atomic<bool> serve_failed_{false};
   std::size_t outstanding_ = 0;
   std::exception_ptr task_failure_;
   std::deque<std::function<void()>> jobs_;

@@ -15,6 +15,12 @@
 
 namespace strata::train {
 
+/// What the divergence guard does with a step whose loss or gradients are not finite.
+enum class divergence_policy {
+  stop,        ///< errc::diverged naming the step, worker, tensor and last good checkpoint
+  skip_batch,  ///< the worker's batch contributes zero gradients; counted and logged
+};
+
 /// Settings of a trainer (a value type; validated by `check()`).
 struct trainer_options {
   int workers = 4;         ///< training ranks
@@ -57,6 +63,14 @@ struct trainer_options {
   /// before anything of it leaves the worker (errc::diverged naming the step, the worker, the
   /// tensor and the last good checkpoint). Costs one vectorised scan of the step's gradients.
   bool divergence_guard = true;
+  /// What the guard does with a non-finite step: stop the run (the default), or drop the
+  /// worker's batch — its dense and row gradients become zeros, so the step's collectives and
+  /// pushes still run and nothing non-finite leaves the worker — count it
+  /// (train_report::skipped_batches) and go on. A dropped batch still moves a stateful
+  /// optimizer's rows by their momentum (Adam), not SGD's or Adagrad's. Ten non-finite steps
+  /// in a row on one worker stop the run as under `stop`: the model itself is not finite any
+  /// more (weights overflowed by the learning rate), no batch is to blame.
+  divergence_policy on_divergence = divergence_policy::stop;
   /// Log a warning when a step's loss exceeds this many times its running mean (0 = never).
   double blowup_warn_factor = 10;
 
@@ -116,6 +130,8 @@ struct train_report {
   std::vector<ps::shard_stats> server_stats;
   std::uint64_t dense_checksum = 0;      ///< of the final dense parameters
   std::uint64_t embedding_checksum = 0;  ///< of every (table, key, row), order-independent
+  /// Batches dropped by divergence_policy::skip_batch, summed over this process's workers.
+  std::size_t skipped_batches = 0;
 };
 
 }  // namespace strata::train

@@ -505,6 +505,8 @@ class trainer {
     report.samples = (report.steps - report.first_step) * global;
     report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
     report.server_stats = servers_.stats();
+    for (const auto& w : workers_)
+      if (w) report.skipped_batches += w->skipped_batches;
     if (workers_[0]) {
       const auto& w0 = *workers_[0];
       report.train_loss = w0.mean_loss();
@@ -540,8 +542,10 @@ class trainer {
     double loss_sum = 0;
     std::size_t loss_count = 0;
     std::vector<float> recent_logits, recent_labels;
-    int index = 0;           ///< the worker's index
-    divergence_guard guard;  ///< the running mean of the step loss (blow-up warning)
+    int index = 0;                     ///< the worker's index
+    divergence_guard guard;            ///< the running mean of the step loss (blow-up warning)
+    std::size_t skipped_batches = 0;   ///< batches dropped by divergence_policy::skip_batch
+    std::size_t dropped_in_a_row = 0;  ///< the latest steps' dropped batches, consecutive
   };
 
   [[nodiscard]] dense_path_type make_dense_path() const {
@@ -757,11 +761,13 @@ class trainer {
     const double loss = nn::bce_with_logits(b.logits, b.batch.labels, b.dlogits,
                                             1.0f / static_cast<float>(global), nn::reduction::sum);
     me.model.backward(b.dlogits, b.grad_views);
-    if (options_.divergence_guard) guard_divergence(me, b, loss, n, step);
-    me.loss_sum += loss;
-    me.loss_count += n;
-    me.recent_logits.insert(me.recent_logits.end(), b.logits.begin(), b.logits.end());
-    me.recent_labels.insert(me.recent_labels.end(), b.batch.labels.begin(), b.batch.labels.end());
+    const bool dropped = options_.divergence_guard && guard_divergence(me, b, loss, n, step);
+    if (!dropped) {
+      me.loss_sum += loss;
+      me.loss_count += n;
+      me.recent_logits.insert(me.recent_logits.end(), b.logits.begin(), b.logits.end());
+      me.recent_labels.insert(me.recent_labels.end(), b.batch.labels.begin(), b.batch.labels.end());
+    }
     me.timer.mark(compute_phase);
 
     const auto grads = me.model.gradients();
@@ -787,17 +793,39 @@ class trainer {
 
   /// The divergence guard, before anything of the step leaves the worker: a non-finite loss,
   /// dense gradient or row gradient stops the run (errc::diverged: the step, the worker, the
-  /// tensor, the last good checkpoint); a step loss above blowup_warn_factor × its running
-  /// mean is logged (worker 0, at most once per 100 steps).
-  void guard_divergence(worker_state& me, const step_buffers& b, double loss, std::size_t n,
+  /// tensor, the last good checkpoint), or under divergence_policy::skip_batch zeroes the
+  /// batch's gradients and returns true (the batch is dropped); a step loss above
+  /// blowup_warn_factor × its running mean is logged (worker 0, at most once per 100 steps).
+  bool guard_divergence(worker_state& me, step_buffers& b, double loss, std::size_t n,
                         std::size_t step) {
     const std::string what = divergence_guard::first_non_finite(loss, me.model.gradients(), tables_,
                                                                 b.keys, b.row_grads);
+    // A dropped batch is a bad batch; a run of them means the model itself is not finite
+    // any more (e.g. weights overflowed by the learning rate): that stops as under `stop`.
+    const bool drop = !what.empty() && options_.on_divergence == divergence_policy::skip_batch &&
+                      me.dropped_in_a_row + 1 < max_dropped_in_a_row;
+    if (drop) {
+      ++me.dropped_in_a_row;
+      std::ranges::fill(me.model.gradients(), 0.0f);
+      for (auto& g : b.row_grads)
+        std::fill_n(g.data(), g.rows() * g.cols(), 0.0f);
+      ++me.skipped_batches;
+      if (me.skipped_batches <= 10 || me.skipped_batches % 100 == 0)
+        log_line(cat("step ", step + 1, " on worker ", me.index, ": ", what,
+                     "; its batch is dropped (zero gradients), ", me.skipped_batches,
+                     " dropped on this worker so far"));
+      return true;
+    }
     if (!what.empty()) {
       const std::size_t saved = last_checkpoint_step_.load();
       fail(errc::diverged,
            cat("training diverged at step ", step + 1, " on worker ", me.index, ": ", what,
                "; nothing of this step left the worker. ",
+               me.dropped_in_a_row > 0
+                   ? cat("The ", me.dropped_in_a_row,
+                         " batches before it were dropped too (--on-divergence skip): the "
+                         "model itself is no longer finite. ")
+                   : std::string(),
                saved == no_checkpoint
                    ? std::string("No checkpoint was written in this run (--checkpoint-dir with "
                                  "--checkpoint-every keeps one).")
@@ -806,9 +834,11 @@ class trainer {
                          " (step ", saved, "): resume from it (--resume)."),
                " Lower the learning rate (--lr) or check the input data"));
     }
+    me.dropped_in_a_row = 0;
     const auto warning =
         me.guard.observe(loss / static_cast<double>(std::max<std::size_t>(n, 1)), step);
     if (warning && me.index == 0) log_line(*warning);
+    return false;
   }
 
   eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
@@ -1031,6 +1061,8 @@ class trainer {
   std::unique_ptr<progress> progress_;
   int local_rank_ = -1;
   static constexpr std::size_t no_checkpoint = static_cast<std::size_t>(-1);
+  /// divergence_policy::skip_batch stops at this many consecutive non-finite steps of a worker.
+  static constexpr std::size_t max_dropped_in_a_row = 10;
   /// Step of the newest checkpoint written or resumed from in this run (the divergence guard
   /// names it); ranks of one process share it.
   mutable std::atomic<std::size_t> last_checkpoint_step_{no_checkpoint};
