@@ -574,13 +574,6 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
 
 }  // namespace
 
-/// True when this process was started by mpirun/mpiexec (Open MPI, MPICH/PMI, PMIx).
-bool launched_by_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(name) != nullptr) return true;
-  return false;
-}
-
 int main(int argc, char** argv) {
   try {
     flags f = parse(argc, argv);
@@ -589,7 +582,7 @@ int main(int argc, char** argv) {
     std::optional<mpi::transport> mpi_endpoint;
     std::optional<comm::crash_after<mpi::transport>> crashing;
     std::optional<comm::any_transport> endpoint;
-    if (launched_by_mpi()) {
+    if (cli::launched_by_mpi()) {
       // One rank per process; --servers S makes the last S ranks servers (PS strategies).
       mpi_env.emplace(argc, argv);
       mpi::transport_options to;
@@ -612,7 +605,7 @@ int main(int argc, char** argv) {
                      ps_ranks ? cat(" + ", f.options.servers, " servers (the last ranks)") : ""));
     }
 #else
-    if (launched_by_mpi())
+    if (cli::launched_by_mpi())
       fail(errc::unsupported,
            "ctr_train was built without MPI (strata::mpi); install libopenmpi-dev and rebuild to "
            "run it under mpirun");

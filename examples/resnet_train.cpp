@@ -181,13 +181,6 @@ data::image_dataset first_images(const data::image_dataset& set, std::size_t n) 
   return out;
 }
 
-/// True when this process was started by mpirun/mpiexec (Open MPI, MPICH/PMI, PMIx).
-bool launched_by_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(name) != nullptr) return true;
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,7 +189,7 @@ int main(int argc, char** argv) {
 #if defined(STRATA_WITH_MPI)
     std::optional<mpi::environment> mpi_env;
     std::optional<mpi::transport> process;
-    if (launched_by_mpi()) {  // one worker per process
+    if (cli::launched_by_mpi()) {  // one worker per process
       mpi_env.emplace(argc, argv);
       process.emplace(mpi::transport_options{.timeout_seconds = 600});
       f.workers = process->size();
@@ -204,7 +197,7 @@ int main(int argc, char** argv) {
     mpi::transport* endpoint = process ? &*process : nullptr;
     const bool leader = endpoint == nullptr || endpoint->rank() == 0;
 #else
-    if (launched_by_mpi())
+    if (cli::launched_by_mpi())
       fail(errc::unsupported,
            "resnet_train was built without MPI (strata::mpi); install libopenmpi-dev and rebuild "
            "to run it under mpirun");

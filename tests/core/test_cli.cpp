@@ -2,6 +2,11 @@
 // (issue 15's probes: 1e10 workers, 4294967297, 2^63 batches, NaN / negative / zero links).
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <cstdint>
 #include <limits>
 
@@ -85,4 +90,22 @@ TEST_CASE("cli::parse_name lists the accepted names", "[cli]") {
   REQUIRE_THROWS_WITH(
       cli::parse_name("--model", "dlrn", {"dlrm", "wide_deep"}),
       Catch::Contains("--model: 'dlrn' is not accepted; accepted: dlrm, wide_deep"));
+}
+
+TEST_CASE("launched_by_mpi reads the launchers' environment", "[core][cli]") {
+  const char* names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+  // Under mpiexec (the MPI tests) one of them is set already: keep what was there.
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* name : names)
+    if (const char* v = std::getenv(name)) saved.emplace_back(name, v);
+  for (const char* name : names)
+    unsetenv(name);
+  CHECK_FALSE(strata::cli::launched_by_mpi());
+  for (const char* name : names) {
+    setenv(name, "2", 1);
+    CHECK(strata::cli::launched_by_mpi());
+    unsetenv(name);
+  }
+  for (const auto& [name, value] : saved)
+    setenv(name.c_str(), value.c_str(), 1);
 }

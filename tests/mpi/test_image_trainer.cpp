@@ -16,15 +16,21 @@ using namespace strata;
 
 namespace {
 
+/// One worker per process, 12 images each per step.
+train::image_trainer_options options_for(const mpi::transport& t, std::size_t epochs) {
+  train::image_trainer_options o;
+  o.workers = t.size();
+  o.batch = 12 * static_cast<std::size_t>(t.size());
+  o.epochs = epochs;
+  return o;
+}
+
 template <class Compressor>
 void expect_threads_equal_processes(bool deterministic) {
   const auto train_set = strata_test::tiny_images(240, 11);
   const auto test_set = strata_test::tiny_images(90, 12);
   mpi::transport t({.timeout_seconds = 60});
-  train::image_trainer_options o;
-  o.workers = t.size();
-  o.batch = 12 * static_cast<std::size_t>(t.size());
-  o.epochs = 2;
+  auto o = options_for(t, 2);
   o.deterministic = deterministic;
   o.augment = data::augment_options{.pad = 1, .flip = true, .fill = -0.5f};
   const optim::momentum opt{.lr = 0.05f};
@@ -60,10 +66,7 @@ TEST_CASE("image_trainer over mpi::native_allreduce trains what the ring trains,
           "[mpi][image_trainer]") {
   const auto train_set = strata_test::tiny_images(240, 13);
   mpi::transport t({.timeout_seconds = 60});
-  train::image_trainer_options o;
-  o.workers = t.size();
-  o.batch = 12 * static_cast<std::size_t>(t.size());
-  o.epochs = 1;
+  const auto o = options_for(t, 1);
   const optim::momentum opt{.lr = 0.05f};
   train::image_trainer<models::resnet, compress::identity, optim::momentum, mpi::transport,
                        mpi::native_allreduce>

@@ -108,4 +108,12 @@ inline std::string parse_name(std::string_view flag, std::string_view value,
   fail(errc::invalid_argument, cat(flag, ": '", value, "' is not accepted; accepted: ", accepted));
 }
 
+/// True when this process was started by mpirun / mpiexec (Open MPI, MPICH's PMI, PMIx set
+/// these in every process they start): the example programs then run one rank per process.
+inline bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
 }  // namespace strata::cli
