@@ -24,11 +24,8 @@ std::vector<int> parse_ranks(const std::string& text) {
   std::vector<int> ranks;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) {
-    const int n = std::stoi(item);
-    STRATA_EXPECTS(n >= 1 && n <= 64, "--ranks: ", n, " is outside 1..64");
-    ranks.push_back(n);
-  }
+  while (std::getline(in, item, ','))
+    ranks.push_back(cli::parse_integer<int>("--ranks", item, 1, 64));
   STRATA_EXPECTS(!ranks.empty(), "--ranks needs a comma-separated list such as 2,4,8");
   return ranks;
 }
@@ -72,11 +69,19 @@ double time_allreduce(int n, std::size_t count, int repeats, ring_allreduce algo
 
 int main(int argc, char** argv) {
   const auto o = bench::options::parse(argc, argv, {}, {"--ranks", "--max-mib", "--chunk-kib"});
-  const auto ranks = parse_ranks(o.get("--ranks", o.quick ? "2,4" : "2,4,8"));
-  const std::size_t max_mib = std::stoul(o.get("--max-mib", o.quick ? "16" : "256"));
+  std::vector<int> ranks;
+  try {
+    ranks = parse_ranks(o.get("--ranks", o.quick ? "2,4" : "2,4,8"));
+  } catch (const strata::error& e) {
+    std::fprintf(stderr, "%s: %s\n%s\n", o.program.c_str(), e.what(), o.usage.c_str());
+    return 2;
+  }
+  const std::size_t max_mib =
+      o.number<std::size_t>("--max-mib", o.quick ? 16 : 256, 1, std::size_t{1} << 16);
   ring_allreduce algorithm;
-  const std::string chunk_kib = o.get("--chunk-kib", "");
-  if (!chunk_kib.empty()) algorithm.chunk_bytes = std::stoul(chunk_kib) << 10;
+  algorithm.chunk_bytes =
+      o.number<std::size_t>("--chunk-kib", algorithm.chunk_bytes >> 10, 1, std::size_t{1} << 20)
+      << 10;
   std::vector<std::size_t> sizes_mib;
   for (std::size_t mib = 1; mib <= max_mib; mib *= o.quick ? 16 : 4)
     sizes_mib.push_back(mib);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "strata/core/buffer.hpp"
+#include "strata/core/cli.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/timer.hpp"
 
@@ -37,6 +39,7 @@ struct options {
   std::string json_path;  ///< --json PATH: write results there
   bool quick = false;     ///< --quick: smallest sizes only (CI smoke run)
   std::vector<std::string> rest;
+  std::string program = "bench", usage;  ///< for refusals of a flag's value
 
   /// Reads --json PATH and --quick, plus this bench's own `switches` (flags without a value)
   /// and `valued` flags (followed by a value), which land in `rest`. `--help` prints the usage
@@ -59,6 +62,8 @@ struct options {
       return std::find(flags.begin(), flags.end(), arg) != flags.end();
     };
     options o;
+    o.program = std::string(program);
+    o.usage = usage;
     for (int i = 1; i < argc; ++i) {
       const std::string_view arg = argv[i];
       if (arg == "--help" || arg == "-h") {
@@ -87,6 +92,20 @@ struct options {
     for (std::size_t i = 0; i + 1 < rest.size(); ++i)
       if (rest[i] == name) return rest[i + 1];
     return fallback;
+  }
+  /// Value of `--name N` as a whole number in [lo, hi] (strata::cli's strict parsing: no
+  /// narrowing, no wrap, `1e6` accepted when whole), or `fallback`; anything else prints the
+  /// refusal (flag, value, accepted range) and the usage to stderr and exits 2.
+  template <std::integral T>
+  [[nodiscard]] T number(std::string_view name, T fallback, T lo, T hi) const {
+    const std::string text = get(name, "");
+    if (text.empty()) return fallback;
+    try {
+      return cli::parse_integer<T>(name, text, lo, hi);
+    } catch (const strata::error& e) {
+      std::fprintf(stderr, "%s: %s\n%s\n", program.c_str(), e.what(), usage.c_str());
+      std::exit(2);
+    }
   }
 };
 

@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
     const std::size_t train_rows = opts.quick ? 20'000 : 200'000;
     const std::size_t eval_rows = opts.quick ? 5'000 : 50'000;
     const std::uint64_t table_rows = 200'000;
-    const std::uint64_t distinct = std::stoull(opts.get("--distinct-ids", "100000"));
+    const auto distinct =
+        opts.number<std::uint64_t>("--distinct-ids", 100'000, 1, std::uint64_t{1} << 40);
     const std::uint64_t seed = 1;  // data generator and ctr_train's hashing seed
 
     const std::string keep = opts.get("--keep", "");

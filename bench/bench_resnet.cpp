@@ -111,9 +111,10 @@ std::map<int, double> run_peer(const bench::options& o, const std::string& pytho
 
 int main(int argc, char** argv) {
   try {
-    const auto o = bench::options::parse(argc, argv, {}, {"--peer", "--python", "--python2"});
-    const std::size_t batch = std::stoul(o.get("--batch", "128"));
-    const std::size_t n = std::stoul(o.get("--depth-n", "3"));
+    const auto o = bench::options::parse(
+        argc, argv, {}, {"--peer", "--python", "--python2", "--batch", "--depth-n"});
+    const std::size_t batch = o.number<std::size_t>("--batch", 128, 1, std::size_t{1} << 16);
+    const std::size_t n = o.number<std::size_t>("--depth-n", 3, 1, 200);
     const int threads = tbb::this_task_arena::max_concurrency();
 
     {  // Verify: SGD on one fixed batch lowers the loss; everything finite.
