@@ -3,7 +3,9 @@
 // ResNet-8 sized for them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "strata/core/rng.hpp"
 #include "strata/data/idx.hpp"
@@ -40,6 +42,16 @@ inline strata::data::image_dataset tiny_images(std::size_t count, std::uint64_t 
       }
   }
   return set;
+}
+
+/// ‖a − b‖ / ‖b‖ in float64 (a.size() must equal b.size()).
+inline double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    norm += double{b[i]} * b[i];
+  }
+  return std::sqrt(diff / norm);
 }
 
 }  // namespace strata_test

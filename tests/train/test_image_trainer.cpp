@@ -32,17 +32,6 @@ train::image_trainer_options options_for(int workers) {
   return o;
 }
 
-/// ‖a − b‖ / ‖a‖.
-double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{a[i]} * a[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 /// The training loop written out by hand for one worker: the model, the sampler's batches,
 /// softmax cross-entropy of the batch mean, momentum SGD over the flat parameters with the
 /// cosine learning rate.
@@ -107,13 +96,14 @@ TEST_CASE(
     train::image_trainer<models::resnet> many(tiny_resnet(), opt, options_for(workers));
     (void)many.fit(train_set);
     // The same sums in another order: float rounding only.
-    REQUIRE(relative_distance(one.parameters(), many.parameters()) < 1e-4);
+    REQUIRE(one.parameters().size() == many.parameters().size());
+    REQUIRE(strata_test::relative_distance(many.parameters(), one.parameters()) < 1e-4);
 
     auto local = options_for(workers);
     local.sync_batch_norm = false;
     train::image_trainer<models::resnet> unsynced(tiny_resnet(), opt, local);
     (void)unsynced.fit(train_set);
-    REQUIRE(relative_distance(one.parameters(), unsynced.parameters()) > 1e-3);
+    REQUIRE(strata_test::relative_distance(unsynced.parameters(), one.parameters()) > 1e-3);
   }
 }
 

@@ -97,6 +97,14 @@ inline constexpr std::uint64_t small_dnn_bytes = std::uint64_t{64} << 20;
 /// The three strategies the size rule chooses among.
 enum class strategy_kind { allreduce, parameter_server, hybrid };
 
+/// Embeddings' share of the parameter bytes (0 for a model without parameters).
+constexpr double embedding_share(std::uint64_t embedding_bytes, std::uint64_t dense_bytes) {
+  return embedding_bytes + dense_bytes == 0
+             ? 0.0
+             : static_cast<double>(embedding_bytes) /
+                   static_cast<double>(embedding_bytes + dense_bytes);
+}
+
 /// The size rule, one function for compile time (auto_strategy, auto_trainer) and run time
 /// (`ctr_train --strategy auto`): parameter server when embeddings are ≥ 70% of the parameter
 /// bytes and the DNN is small (≤ 64 MiB), ring allreduce when embeddings are small (< 30%),
@@ -106,10 +114,7 @@ enum class strategy_kind { allreduce, parameter_server, hybrid };
 /// hot spot — so a large DNN goes to allreduce beside PS-held tables (hybrid), see docs/ctr.md.
 constexpr strategy_kind choose_strategy_kind(std::uint64_t embedding_bytes,
                                              std::uint64_t dense_bytes) {
-  const double share = embedding_bytes + dense_bytes == 0
-                           ? 0.0
-                           : static_cast<double>(embedding_bytes) /
-                                 static_cast<double>(embedding_bytes + dense_bytes);
+  const double share = embedding_share(embedding_bytes, dense_bytes);
   if (share >= ps_embedding_share && dense_bytes <= small_dnn_bytes)
     return strategy_kind::parameter_server;
   if (share < allreduce_embedding_share) return strategy_kind::allreduce;
@@ -134,10 +139,7 @@ constexpr const char* choose_strategy(std::uint64_t embedding_bytes, std::uint64
 template <std::uint64_t embedding_bytes, std::uint64_t dense_bytes, class Consistency = ps::sync>
 struct auto_strategy {
   static constexpr strategy_kind kind = choose_strategy_kind(embedding_bytes, dense_bytes);
-  static constexpr double embedding_share =
-      embedding_bytes + dense_bytes == 0 ? 0.0
-                                         : static_cast<double>(embedding_bytes) /
-                                               static_cast<double>(embedding_bytes + dense_bytes);
+  static constexpr double embedding_share = train::embedding_share(embedding_bytes, dense_bytes);
   using type =
       std::conditional_t<kind == strategy_kind::parameter_server, parameter_server<Consistency>,
                          std::conditional_t<kind == strategy_kind::allreduce, comm::ring_allreduce,
