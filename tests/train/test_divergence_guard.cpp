@@ -176,3 +176,35 @@ TEST_CASE("skip_batch stops when a worker's steps stay non-finite: the model its
                                                              "too") &&
                                              Catch::Contains("no longer finite"));
 }
+
+TEST_CASE(
+    "divergence_response: stop names the step and the last good checkpoint; skip drops "
+    "until ten in a row",
+    "[train][divergence]") {
+  const auto last_good = [] { return std::string("The last good checkpoint is X."); };
+  SECTION("stop") {
+    train::divergence_response stop(train::divergence_policy::stop, 0, 3);
+    CHECK_FALSE(stop.drop("", 0.5, 0, last_good));
+    try {
+      (void)stop.drop("the loss is nan", 0.5, 41, last_good);
+      FAIL("a non-finite step under divergence_policy::stop must throw");
+    } catch (const strata::error& e) {
+      CHECK(e.code() == errc::diverged);
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("at step 42 on worker 3: the loss is nan"));
+      CHECK_THAT(what, Catch::Contains("The last good checkpoint is X."));
+      CHECK_THAT(what, !Catch::Contains("dropped too"));
+    }
+    CHECK(stop.skipped() == 0);
+  }
+  SECTION("skip") {
+    train::divergence_response skip(train::divergence_policy::skip_batch, 0, 0);
+    CHECK(skip.drop("dense gradient 1 is inf", 0.5, 0, last_good));
+    CHECK_FALSE(skip.drop("", 0.5, 1, last_good));  // a finite step resets the run of drops
+    for (std::size_t s = 2; s < 2 + train::divergence_response::max_in_a_row - 1; ++s)
+      CHECK(skip.drop("the loss is nan", 0.5, s, last_good));
+    CHECK(skip.skipped() == train::divergence_response::max_in_a_row);
+    CHECK_THROWS_WITH(skip.drop("the loss is nan", 0.5, 99, last_good),
+                      Catch::Contains("batches before it were dropped too"));
+  }
+}

@@ -14,7 +14,9 @@
 #include "strata/core/error.hpp"
 #include "strata/core/finite.hpp"
 #include "strata/core/matrix.hpp"
+#include "strata/core/progress.hpp"
 #include "strata/core/table_spec.hpp"
+#include "strata/train/options.hpp"
 
 namespace strata::train {
 
@@ -74,6 +76,62 @@ class divergence_guard {
   std::size_t steps_ = 0;
   bool warned_ = false;
   std::size_t warned_step_ = 0;
+};
+
+/// What one worker does with the guard's findings, step by step (trainer_options'
+/// divergence_guard, on_divergence and blowup_warn_factor): a non-finite step stops the run
+/// (errc::diverged naming the step, the worker, the tensor and the last good checkpoint), or
+/// under divergence_policy::skip_batch drops the batch — logged (the first 10, then every
+/// 100th) and counted — until `max_in_a_row` consecutive drops, which stop as `stop` does (the
+/// model itself is no longer finite); a finite step's loss feeds the blow-up warning (logged
+/// by worker 0).
+class divergence_response {
+ public:
+  static constexpr std::size_t max_in_a_row = 10;
+
+  divergence_response(divergence_policy policy, double warn_factor, int worker)
+      : policy_(policy), guard_(warn_factor), worker_(worker) {}
+
+  /// Step `step` (0-based) with `what` = first_non_finite's finding (empty: finite) and
+  /// `per_sample_loss`: returns true when its batch is dropped (the caller zeroes its
+  /// gradients so that nothing non-finite leaves the worker); throws errc::diverged to stop.
+  /// `last_good()` gives the sentence naming the checkpoint to resume from.
+  template <class LastGood>
+  bool drop(const std::string& what, double per_sample_loss, std::size_t step,
+            LastGood&& last_good) {
+    if (!what.empty() && policy_ == divergence_policy::skip_batch && in_a_row_ + 1 < max_in_a_row) {
+      ++in_a_row_;
+      ++skipped_;
+      if (skipped_ <= 10 || skipped_ % 100 == 0)
+        log_line(cat("step ", step + 1, " on worker ", worker_, ": ", what,
+                     "; its batch is dropped (zero gradients), ", skipped_,
+                     " dropped on this worker so far"));
+      return true;
+    }
+    if (!what.empty())
+      fail(errc::diverged,
+           cat("training diverged at step ", step + 1, " on worker ", worker_, ": ", what,
+               "; nothing of this step left the worker. ",
+               in_a_row_ > 0 ? cat("The ", in_a_row_,
+                                   " batches before it were dropped too (--on-divergence skip): "
+                                   "the model itself is no longer finite. ")
+                             : std::string(),
+               last_good(), " Lower the learning rate (--lr) or check the input data"));
+    in_a_row_ = 0;
+    const auto warning = guard_.observe(per_sample_loss, step);
+    if (warning && worker_ == 0) log_line(*warning);
+    return false;
+  }
+
+  /// Batches dropped so far.
+  [[nodiscard]] std::size_t skipped() const noexcept { return skipped_; }
+
+ private:
+  divergence_policy policy_;
+  divergence_guard guard_;
+  int worker_;
+  std::size_t skipped_ = 0;   ///< batches dropped
+  std::size_t in_a_row_ = 0;  ///< the latest steps' drops, consecutive
 };
 
 }  // namespace strata::train

@@ -23,6 +23,7 @@
 #include "strata/ps/client.hpp"
 #include "strata/ps/partition.hpp"
 #include "strata/ps/server.hpp"
+#include "strata/train/dense_path.hpp"
 #include "strata/train/launch.hpp"
 #include "strata/train/options.hpp"
 
@@ -111,6 +112,19 @@ class hosted_servers {
                        std::span<const float> state) {
     const auto& owner = servers_[map_->server_of(table, key)];
     if (owner) owner->import_row(table, key, row, state);
+  }
+
+  /// The dense parameters `params`, cut into the rows of `layout`, as rows 0 … rows−1 of
+  /// `table` with zero optimizer state (`state_floats` per row), into the servers of this
+  /// process that own them.
+  void import_dense(std::size_t table, const dense_rows& layout, std::span<const float> params,
+                    std::size_t state_floats) {
+    std::vector<float> row(layout.row());
+    const std::vector<float> state(state_floats, 0.0f);
+    for (std::size_t r = 0; r < layout.rows(); ++r) {
+      layout.read(params, r, row);
+      import_anywhere(table, r, row, state);
+    }
   }
 
   /// fn(table, key, row, state) for every row of every server in this process.

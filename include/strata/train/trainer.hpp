@@ -13,117 +13,65 @@
 /// auto report = trainer.fit(train_set, &eval_set);
 /// ```
 ///
-/// One step on worker w (global step s): its slice of global batch s → pull/gather the
-/// embedding rows → forward, loss, backward → dense gradients summed over workers (allreduce,
-/// or pushed to the PS) → the storage's optimizer updates dense rows → embedding row gradients
-/// pushed to the PS (or exchanged among workers and applied to every replica).
-/// Training runs in segments between evaluations and checkpoints; at a segment boundary every
-/// rank is idle, so checkpoints capture one consistent state.
+/// One step on worker w (global step s), as `worker_body` and `train_step` make the calls:
+/// ```
+/// load(s)                       its slice of global batch s (data::sharded_sampler)
+/// sparse.fetch(pulls)           the rows of every table (gather, or PS pull; split-phase)
+/// model.forward / backward      logits, loss, dense and row gradients
+/// guard_divergence              nothing non-finite leaves the worker (divergence_guard.hpp)
+/// sparse.apply(pushes)          row gradients: all-gathered and applied to every replica, or
+///                               pushed to the servers (which also take the dense ones under
+///                               parameter_server: dense.push)
+/// dense.sum(peers, grads)       the dense gradients over the workers (allreduce_dense)
+/// dense.apply(params, grads)    DenseOptimizer on the dense parameters
+/// ```
+/// The parts come from `trainer_composition` (composition.hpp: dense path, sparse path,
+/// storage, codecs, the compile-time checks). Around the steps: training runs in segments
+/// between evaluations (evaluation.hpp) and checkpoints (run_checkpoints.hpp; at a segment
+/// boundary every rank is idle, so a checkpoint captures one consistent state); the servers
+/// and their threads live in servers.hpp, the world's launch options in launch.hpp.
 #pragma once
 
 #include <algorithm>
-#include <atomic>
-#include <bit>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
-
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
 
 #include "strata/comm/collectives.hpp"
 #include "strata/comm/group.hpp"
 #include "strata/comm/thread_world.hpp"
-#include "strata/compress/compressed_allreduce.hpp"
 #include "strata/compress/concepts.hpp"
-#include "strata/compress/error_feedback.hpp"
 #include "strata/compress/identity.hpp"
-#include "strata/compress/per_path.hpp"
 #include "strata/core/error.hpp"
-#include "strata/core/finite.hpp"
 #include "strata/core/progress.hpp"
 #include "strata/core/timer.hpp"
 #include "strata/data/batch.hpp"
-#include "strata/data/metrics.hpp"
 #include "strata/data/sampler.hpp"
 #include "strata/embedding/concepts.hpp"
 #include "strata/embedding/init.hpp"
-#include "strata/embedding/sharded.hpp"
 #include "strata/models/concepts.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/optim/concepts.hpp"
-#include "strata/optim/sparse_gradient.hpp"
 #include "strata/ps/layout.hpp"
 #include "strata/ps/partition.hpp"
-#include "strata/ps/server.hpp"
-#include "strata/train/checkpoint.hpp"
-#include "strata/train/checkpoint_dir.hpp"
 #include "strata/train/checkpoint_rows.hpp"
-#include "strata/train/dense_path.hpp"
-#include "strata/train/detail/exchange.hpp"
+#include "strata/train/composition.hpp"
 #include "strata/train/divergence_guard.hpp"
 #include "strata/train/evaluation.hpp"
 #include "strata/train/launch.hpp"
 #include "strata/train/options.hpp"
+#include "strata/train/run_checkpoints.hpp"
 #include "strata/train/servers.hpp"
-#include "strata/train/sparse_path.hpp"
 #include "strata/train/strategy.hpp"
 
 namespace strata::train {
-
-namespace detail {
-
-template <class S>
-concept sharded_storage = requires {
-  typename S::client_type;
-  typename S::server_type;
-};
-
-/// The consistency policy a Storage runs under (sharded storage), else void.
-template <class S>
-struct storage_consistency {
-  using type = void;
-};
-template <sharded_storage S>
-struct storage_consistency<S> {
-  using type = typename S::consistency_type;
-};
-
-/// The endpoint type `Allreduce::subset(transport, member)` gives (a policy that runs on its
-/// own communicator of the workers, e.g. mpi::native_allreduce), else nullptr_t.
-template <class Allreduce, class Transport>
-struct subset_endpoint {
-  using type = std::nullptr_t;
-};
-template <class Allreduce, class Transport>
-requires requires(Transport& t) {
-  Allreduce::subset(t, true);
-}
-struct subset_endpoint<Allreduce, Transport> {
-  using type = decltype(Allreduce::subset(std::declval<Transport&>(), true));
-};
-
-/// The storage type a worker really uses: sharded storage rebound to the trainer's transport and
-/// the wire codec (its consistency must already be the communicator's); local storage as given.
-template <class Storage, class Consistency, class Transport, class Codec, bool sharded>
-struct resolved_storage {
-  using type = Storage;
-};
-template <class Storage, class Consistency, class Transport, class Codec>
-struct resolved_storage<Storage, Consistency, Transport, Codec, true> {
-  using type = embedding::sharded<typename Storage::optimizer_type, Consistency, Transport, Codec>;
-};
-
-}  // namespace detail
 
 /// The CTR trainer. Model: a `models::ctr_model`; Storage: `embedding::local<Opt>` /
 /// `embedding::hash_table<Opt>` (ring_allreduce) or `embedding::sharded<Opt>` (PS strategies);
@@ -144,80 +92,33 @@ template <models::ctr_model Model, class Storage, communicator Communicator,
           optim::sparse_optimizer DenseOptimizer =
               optim::default_dense_t<typename Storage::optimizer_type>>
 class trainer {
-  using traits = communicator_traits<Communicator>;
-  static constexpr bool on_ps = detail::sharded_storage<Storage>;
-  static_assert(!(traits::embeddings_on_ps && !on_ps),
-                "parameter_server and hybrid keep the embedding tables on parameter servers: use "
-                "embedding::sharded<Optimizer> as the Storage");
-  static_assert(!(!traits::embeddings_on_ps && on_ps),
-                "ring_allreduce replicates the embedding tables on every worker: it needs local "
-                "storage (embedding::local or embedding::hash_table), not embedding::sharded");
-  static_assert(!std::is_same_v<DenseOptimizer, optim::no_dense_optimizer>,
-                "a per-table optimizer (optim::table_groups) cannot update the dense parameters: "
-                "name the trainer's DenseOptimizer (its sixth parameter), e.g. optim::adam");
-  static_assert(optim::table_optimizer<typename Storage::optimizer_type>,
-                "the Storage's optimizer_type must model optim::sparse_optimizer (or "
-                "optim::per_table_optimizer, e.g. optim::table_groups)");
-  static_assert(!(traits::dense_on_ps && !on_ps), "internal: dense on PS needs PS storage");
-  static_assert(!on_ps || std::is_same_v<typename detail::storage_consistency<Storage>::type,
-                                         typename traits::consistency>,
-                "the Storage and the Communicator name different consistency policies: write the "
-                "same one in both, e.g. embedding::sharded<Opt, ps::async> with "
-                "parameter_server<ps::async> (the servers and the workers must agree on it)");
-  /// The dense gradients are summed by another library's allreduce (hybrid<C,
-  /// mpi::native_allreduce>) on an endpoint of the workers only.
-  static constexpr bool foreign_allreduce =
-      !traits::dense_on_ps && !std::is_same_v<typename traits::allreduce, comm::ring_allreduce>;
-  using workers_endpoint_type =
-      typename detail::subset_endpoint<typename traits::allreduce, Transport>::type;
-  static_assert(!foreign_allreduce || !std::is_same_v<workers_endpoint_type, std::nullptr_t>,
-                "hybrid<Consistency, Allreduce>: this Allreduce cannot make an endpoint of the "
-                "workers from the trainer's Transport (it needs Allreduce::subset(transport, "
-                "member)); mpi::native_allreduce runs one process per rank: use mpi::transport "
-                "as the trainer's Transport and fit(transport, train, eval)");
+  using parts =
+      trainer_composition<Model, Storage, Communicator, Compressor, Transport, DenseOptimizer>;
+  using traits = typename parts::traits;
+  static constexpr bool on_ps = parts::on_ps;
+  static constexpr bool foreign_allreduce = parts::foreign_allreduce;
+  using workers_endpoint_type = typename parts::workers_endpoint_type;
 
  public:
   using model_type = Model;
-  using optimizer_type = typename Storage::optimizer_type;  ///< the embedding tables'
-  using dense_optimizer_type = DenseOptimizer;              ///< the dense parameters'
-  using consistency_type = typename traits::consistency;
+  using optimizer_type = typename parts::optimizer_type;  ///< the embedding tables'
+  using dense_optimizer_type = DenseOptimizer;            ///< the dense parameters'
+  using consistency_type = typename parts::consistency_type;
   using transport_type = Transport;
   /// The codec of each path (one Compressor for both, or compress::per_path<Dense, Push>).
-  using dense_compressor_type = typename compress::path_compressors<Compressor>::dense;
-  using push_compressor_type = typename compress::path_compressors<Compressor>::push;
-  static_assert(!compress::path_compressors<Compressor>::split || !traits::dense_on_ps ||
-                    std::is_same_v<dense_compressor_type, push_compressor_type>,
-                "compress::per_path under parameter_server: the dense gradients are pushes to "
-                "the servers there, so one codec carries both; name the same compressor twice "
-                "or a plain one");
-  static_assert(!compress::path_compressors<Compressor>::split || traits::uses_ps ||
-                    std::is_same_v<push_compressor_type, compress::identity>,
-                "compress::per_path under ring_allreduce: the embedding rows' gradients are "
-                "exchanged lossless among the workers (no pushes), so the push codec must be "
-                "compress::identity");
-  using wire_codec_type = typename detail::wire_codec<push_compressor_type>::type;
-  static constexpr bool error_feedback = detail::wire_codec<push_compressor_type>::feedback;
-  using storage_type = typename detail::resolved_storage<Storage, consistency_type, transport_type,
-                                                         wire_codec_type, on_ps>::type;
+  using dense_compressor_type = typename parts::dense_compressor_type;
+  using push_compressor_type = typename parts::push_compressor_type;
+  using wire_codec_type = typename parts::wire_codec_type;
+  static constexpr bool error_feedback = parts::error_feedback;
+  using storage_type = typename parts::storage_type;
   /// The pushes travel lossless (identity on the wire).
-  static constexpr bool lossless = std::is_same_v<wire_codec_type, compress::identity>;
-  static constexpr const char* strategy_name = traits::name;
-  /// The two acting parts of the Communicator: how the dense gradients are summed and applied,
-  /// and where the embedding rows come from and their gradients go.
-  using dense_path_type = std::conditional_t<
-      traits::dense_on_ps, servers_dense,
-      allreduce_dense<dense_compressor_type, DenseOptimizer, typename traits::allreduce>>;
-  using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
-                                              replicated_rows<Storage>>;
-  /// Under every PS strategy the next step's pull is split-phase. Under ps::async it leaves
-  /// before this step computes (`prefetch`: one step stale at most); under sync and bounded
-  /// right after this step's push, and the dense allreduce runs while the servers answer.
-  static constexpr bool prefetch = [] {
-    if constexpr (on_ps)
-      return sparse_path_type::prefetch;
-    else
-      return false;
-  }();
+  static constexpr bool lossless = parts::lossless;
+  static constexpr const char* strategy_name = parts::strategy_name;
+  /// The two acting parts of the Communicator (composition.hpp).
+  using dense_path_type = typename parts::dense_path_type;
+  using sparse_path_type = typename parts::sparse_path_type;
+  /// The next step's pull leaves before this step computes (ps::async), else after its push.
+  static constexpr bool prefetch = parts::prefetch;
 
   /// A trainer for every rank of a `thread_world` (`local_rank` < 0; train with
   /// `fit(train, eval)`), or for one process of a multi-process world such as MPI
@@ -244,7 +145,8 @@ class trainer {
         dense_optimizer_(dense_optimizer),
         options_(std::move(options)),
         communicator_(communicator),
-        local_rank_(local_rank) {
+        local_rank_(local_rank),
+        checkpoints_(options_) {
     options_.check();
     if constexpr (requires { model_config_.seed; }) model_config_.seed = options_.seed;
     Model probe(model_config_);
@@ -268,10 +170,8 @@ class trainer {
     // built only for the workers that run in this process.
     workers_.resize(static_cast<std::size_t>(options_.workers));
     for (int w = 0; w < options_.workers; ++w)
-      if (is_local(rank_of_worker(w))) {
-        workers_[static_cast<std::size_t>(w)] = std::make_unique<worker_state>(*this);
-        workers_[static_cast<std::size_t>(w)]->index = w;
-      }
+      if (is_local(w))
+        workers_[static_cast<std::size_t>(w)] = std::make_unique<worker_state>(*this, w);
     if constexpr (on_ps) {
       std::vector<embedding::table_spec> specs = tables_;
       specs.push_back({"dense", dense_layout_.rows(), options_.dense_row});
@@ -282,7 +182,9 @@ class trainer {
       servers_ = hosted_servers<server_type>(
           *map_, [&](int rank) { return is_local(rank); }, optimizer_, dense_optimizer_,
           tables_.size(), so);
-      load_dense_into_servers(probe.parameters(), {});
+      if constexpr (traits::dense_on_ps)  // the dense parameters are the last table's rows
+        servers_.import_dense(tables_.size(), dense_layout_, probe.parameters(),
+                              dense_state_floats());
     }
   }
 
@@ -297,7 +199,7 @@ class trainer {
     STRATA_EXPECTS(local_rank_ < 0, "trainer: built for rank ", local_rank_,
                    " of a multi-process world; call fit(transport, train, eval) on every process");
     check_data(train_set);
-    const auto lock = claim_checkpoint_dir();
+    const auto lock = checkpoints_.claim();
     comm::thread_world world(ranks(), world_options_for(options_, ranks()));
     stopwatch clock;
     outcome result;
@@ -327,7 +229,7 @@ class trainer {
                    on_ps ? cat(" + ", roles_->servers(), " servers") : std::string(), ")");
     check_data(train_set);
     // The process of rank 0 (which publishes checkpoints) holds the directory's lock.
-    const auto lock = t.rank() == 0 ? claim_checkpoint_dir() : std::nullopt;
+    const auto lock = t.rank() == 0 ? checkpoints_.claim() : std::nullopt;
     // Every rank (servers too) joins the split that gives the workers their own endpoint.
     if constexpr (foreign_allreduce)
       if (!workers_endpoint_) workers_endpoint_ = traits::allreduce::subset(t, is_worker(t.rank()));
@@ -400,15 +302,7 @@ class trainer {
   [[nodiscard]] int ranks() const noexcept { return on_ps ? roles_->ranks() : options_.workers; }
 
  private:
-  using server_type =
-      ps::server<optimizer_type, consistency_type, wire_codec_type, dense_optimizer_type>;
-  /// The dense path keeps a compressor residual that checkpoints carry.
-  static constexpr bool dense_residual = [] {
-    if constexpr (traits::dense_on_ps)
-      return false;
-    else
-      return dense_path_type::has_residual;
-  }();
+  using server_type = typename parts::server_type;
   static constexpr comm::tag_t checksum_tag = comm::reserved_tag_base + 0x300;
 
   /// What rank 0 learns during a run (filled on the thread/process that hosts worker 0).
@@ -420,7 +314,6 @@ class trainer {
   [[nodiscard]] bool is_local(int rank) const noexcept {
     return local_rank_ < 0 || rank == local_rank_;
   }
-  [[nodiscard]] int rank_of_worker(int w) const { return on_ps ? roles_->worker_rank(w) : w; }
   [[nodiscard]] std::size_t total_steps(const data::ctr_dataset& train_set) const {
     const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
     const std::size_t per_epoch = train_set.size() / global;
@@ -448,29 +341,25 @@ class trainer {
   void run_rank(T& t, const data::ctr_dataset& train_set, const data::ctr_dataset* eval_set,
                 outcome& result) {
     const std::size_t total = total_steps(train_set);
-    std::size_t step = resuming() ? load_checkpoint(t.rank(), latest_checkpoint()) : 0;
+    std::size_t step = checkpoints_.resuming() ? load_checkpoint(t.rank()) : 0;
     // Every server holds its checkpointed rows before any worker pulls (in-process pulls read
     // the servers' rows directly, without waiting for a server to answer).
     if constexpr (on_ps)
-      if (resuming()) comm::barrier(t);
-    const bool hosts_worker0 = t.rank() == rank_of_worker(0);
+      if (checkpoints_.resuming()) comm::barrier(t);
+    const bool hosts_worker0 = t.rank() == 0;
     if (hosts_worker0) {
       result.first_step = step;
       if (options_.progress) progress_ = std::make_unique<progress>("train", total, "step");
     }
-    if (is_worker(t.rank()))
-      workers_[static_cast<std::size_t>(worker_index(t.rank()))]->timer.reset();
+    if (is_worker(t.rank())) workers_[static_cast<std::size_t>(t.rank())]->timer.reset();
     while (step < total) {
-      std::size_t end = total;
+      std::size_t end = checkpoints_.segment_end(step, total);
       if (options_.eval_every != 0)
         end = std::min(end, (step / options_.eval_every + 1) * options_.eval_every);
-      if (options_.checkpoint_every != 0 && !options_.checkpoint_dir.empty())
-        end = std::min(end, (step / options_.checkpoint_every + 1) * options_.checkpoint_every);
       const bool evaluate =
           eval_set != nullptr &&
           (end == total || (options_.eval_every != 0 && end % options_.eval_every == 0));
-      if (is_worker(t.rank()))
-        workers_[static_cast<std::size_t>(worker_index(t.rank()))]->reset_metrics();
+      if (is_worker(t.rank())) workers_[static_cast<std::size_t>(t.rank())]->metrics.reset();
       std::optional<eval_point> evaluated;
       rank_body(t, train_set, step, end, eval_set, evaluate, evaluated);
       if constexpr (on_ps) {
@@ -481,14 +370,12 @@ class trainer {
       }
       if (evaluated) result.evals.push_back(*evaluated);
       step = end;
-      if (!options_.checkpoint_dir.empty() &&
-          (end == total ||
-           (options_.checkpoint_every != 0 && end % options_.checkpoint_every == 0)))
-        write_checkpoint(t, step);
+      if (checkpoints_.due(end, total)) write_checkpoint(t, step);
     }
     if (hosts_worker0) {
       result.steps = step;
-      if (options_.progress && progress_) progress_->finish(cat("loss ", workers_[0]->mean_loss()));
+      if (options_.progress && progress_)
+        progress_->finish(cat("loss ", workers_[0]->metrics.mean_loss()));
     }
   }
 
@@ -506,13 +393,11 @@ class trainer {
     report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
     report.server_stats = servers_.stats();
     for (const auto& w : workers_)
-      if (w) report.skipped_batches += w->skipped_batches;
+      if (w) report.skipped_batches += w->divergence.skipped();
     if (workers_[0]) {
       const auto& w0 = *workers_[0];
-      report.train_loss = w0.mean_loss();
-      const auto positives = std::count(w0.recent_labels.begin(), w0.recent_labels.end(), 1.0f);
-      if (positives > 0 && positives < static_cast<std::ptrdiff_t>(w0.recent_labels.size()))
-        report.train_auc = data::auc(w0.recent_logits, w0.recent_labels);
+      report.train_loss = w0.metrics.mean_loss();
+      report.train_auc = w0.metrics.auc().value_or(0.0);
       for (std::size_t p = 0; p < phase_count; ++p)
         report.phase_seconds[p] = w0.timer.seconds(p);
       report.dense_checksum = detail::values_checksum(dense_parameters());
@@ -521,31 +406,19 @@ class trainer {
   }
 
   struct worker_state {
-    explicit worker_state(const trainer& owner)
+    worker_state(const trainer& owner, int w)
         : model(owner.model_config_),
           dense(owner.make_dense_path()),
           sparse(owner.make_sparse_path()),
-          guard(owner.options_.blowup_warn_factor) {}
-    void reset_metrics() {
-      loss_sum = 0;
-      loss_count = 0;
-      recent_logits.clear();
-      recent_labels.clear();
-    }
-    [[nodiscard]] double mean_loss() const {
-      return loss_count == 0 ? 0.0 : loss_sum / static_cast<double>(loss_count);
-    }
+          divergence(owner.options_.on_divergence, owner.options_.blowup_warn_factor, w),
+          index(w) {}
     Model model;
     dense_path_type dense;    ///< its optimizer state and compressor residual
     sparse_path_type sparse;  ///< the table replica, or the PS client and its push residuals
     phase_timer<phase_count> timer;
-    double loss_sum = 0;
-    std::size_t loss_count = 0;
-    std::vector<float> recent_logits, recent_labels;
-    int index = 0;                     ///< the worker's index
-    divergence_guard guard;            ///< the running mean of the step loss (blow-up warning)
-    std::size_t skipped_batches = 0;   ///< batches dropped by divergence_policy::skip_batch
-    std::size_t dropped_in_a_row = 0;  ///< the latest steps' dropped batches, consecutive
+    training_metrics metrics;  ///< this segment's loss, logits and labels
+    divergence_response divergence;
+    int index = 0;  ///< the worker's index
   };
 
   [[nodiscard]] dense_path_type make_dense_path() const {
@@ -583,14 +456,14 @@ class trainer {
     }
     return std::nullopt;
   }
-  [[nodiscard]] bool is_worker(int rank) const { return on_ps ? roles_->is_worker(rank) : true; }
-  [[nodiscard]] int worker_index(int rank) const {
-    return on_ps ? roles_->worker_index(rank) : rank;
+  /// Worker w runs on rank w under every strategy (ps::layout puts dedicated servers after the
+  /// workers, co-located ones on the same ranks).
+  [[nodiscard]] bool is_worker(int rank) const noexcept {
+    return rank >= 0 && rank < options_.workers;
   }
   [[nodiscard]] std::vector<int> worker_ranks() const {
-    std::vector<int> ranks;
-    for (int w = 0; w < options_.workers; ++w)
-      ranks.push_back(on_ps ? roles_->worker_rank(w) : w);
+    std::vector<int> ranks(static_cast<std::size_t>(options_.workers));
+    std::iota(ranks.begin(), ranks.end(), 0);
     return ranks;
   }
 
@@ -606,7 +479,7 @@ class trainer {
   void worker_body(transport_type& t, const data::ctr_dataset& train_set, std::size_t first,
                    std::size_t end, const data::ctr_dataset* eval_set, bool evaluate,
                    std::optional<eval_point>& evaluated) {
-    const int w = worker_index(t.rank());
+    const int w = t.rank();
     auto& me = *workers_[static_cast<std::size_t>(w)];
     comm::group<transport_type> peers(t, worker_ranks());
     if constexpr (on_ps) {
@@ -674,7 +547,7 @@ class trainer {
         train_step(me, peers, *now, global, s, false, [] {});
       }
       if (w == 0 && options_.progress) {
-        progress_->update(s + 1, cat("loss ", me.mean_loss(), "  sent ",
+        progress_->update(s + 1, cat("loss ", me.metrics.mean_loss(), "  sent ",
                                      comm::total_bytes_sent(t) >> 20, " MiB"));
       }
     }
@@ -762,12 +635,7 @@ class trainer {
                                             1.0f / static_cast<float>(global), nn::reduction::sum);
     me.model.backward(b.dlogits, b.grad_views);
     const bool dropped = options_.divergence_guard && guard_divergence(me, b, loss, n, step);
-    if (!dropped) {
-      me.loss_sum += loss;
-      me.loss_count += n;
-      me.recent_logits.insert(me.recent_logits.end(), b.logits.begin(), b.logits.end());
-      me.recent_labels.insert(me.recent_labels.end(), b.batch.labels.begin(), b.batch.labels.end());
-    }
+    if (!dropped) me.metrics.add(loss, b.logits, b.batch.labels);
     me.timer.mark(compute_phase);
 
     const auto grads = me.model.gradients();
@@ -791,130 +659,48 @@ class trainer {
     }
   }
 
-  /// The divergence guard, before anything of the step leaves the worker: a non-finite loss,
-  /// dense gradient or row gradient stops the run (errc::diverged: the step, the worker, the
-  /// tensor, the last good checkpoint), or under divergence_policy::skip_batch zeroes the
-  /// batch's gradients and returns true (the batch is dropped); a step loss above
-  /// blowup_warn_factor × its running mean is logged (worker 0, at most once per 100 steps).
+  /// The divergence guard, before anything of the step leaves the worker (trainer_options'
+  /// divergence_guard, on_divergence): a non-finite loss, dense gradient or row gradient stops
+  /// the run or drops the batch — its gradients zeroed, returns true (divergence_guard.hpp).
   bool guard_divergence(worker_state& me, step_buffers& b, double loss, std::size_t n,
                         std::size_t step) {
     const std::string what = divergence_guard::first_non_finite(loss, me.model.gradients(), tables_,
                                                                 b.keys, b.row_grads);
-    // A dropped batch is a bad batch; a run of them means the model itself is not finite
-    // any more (e.g. weights overflowed by the learning rate): that stops as under `stop`.
-    const bool drop = !what.empty() && options_.on_divergence == divergence_policy::skip_batch &&
-                      me.dropped_in_a_row + 1 < max_dropped_in_a_row;
-    if (drop) {
-      ++me.dropped_in_a_row;
-      std::ranges::fill(me.model.gradients(), 0.0f);
-      for (auto& g : b.row_grads)
-        std::fill_n(g.data(), g.rows() * g.cols(), 0.0f);
-      ++me.skipped_batches;
-      if (me.skipped_batches <= 10 || me.skipped_batches % 100 == 0)
-        log_line(cat("step ", step + 1, " on worker ", me.index, ": ", what,
-                     "; its batch is dropped (zero gradients), ", me.skipped_batches,
-                     " dropped on this worker so far"));
-      return true;
-    }
-    if (!what.empty()) {
-      const std::size_t saved = last_checkpoint_step_.load();
-      fail(errc::diverged,
-           cat("training diverged at step ", step + 1, " on worker ", me.index, ": ", what,
-               "; nothing of this step left the worker. ",
-               me.dropped_in_a_row > 0
-                   ? cat("The ", me.dropped_in_a_row,
-                         " batches before it were dropped too (--on-divergence skip): the "
-                         "model itself is no longer finite. ")
-                   : std::string(),
-               saved == no_checkpoint
-                   ? std::string("No checkpoint was written in this run (--checkpoint-dir with "
-                                 "--checkpoint-every keeps one).")
-                   : cat("The last good checkpoint is ",
-                         (options_.checkpoint_dir / checkpoint_directory::name(saved)).string(),
-                         " (step ", saved, "): resume from it (--resume)."),
-               " Lower the learning rate (--lr) or check the input data"));
-    }
-    me.dropped_in_a_row = 0;
-    const auto warning =
-        me.guard.observe(loss / static_cast<double>(std::max<std::size_t>(n, 1)), step);
-    if (warning && me.index == 0) log_line(*warning);
-    return false;
+    const double per_sample = loss / static_cast<double>(std::max<std::size_t>(n, 1));
+    if (!me.divergence.drop(what, per_sample, step, [&] { return checkpoints_.last_good(); }))
+      return false;
+    std::ranges::fill(me.model.gradients(), 0.0f);
+    for (auto& g : b.row_grads)
+      std::fill_n(g.data(), g.rows() * g.cols(), 0.0f);
+    return true;
   }
 
   eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
                       std::size_t at_step) {
-    std::size_t count = eval_set.size();
-    if (options_.eval_max_samples != 0) count = std::min(count, options_.eval_max_samples);
-    std::vector<float> logits, labels;
-    logits.reserve(count);
-    labels.reserve(count);
-    std::vector<std::size_t> indices;
-    for (std::size_t first = 0; first < count; first += options_.batch) {
-      const std::size_t n = std::min(options_.batch, count - first);
-      indices.resize(n);
-      std::iota(indices.begin(), indices.end(), first);
-      eval_set.gather(indices, b.batch);
-      fetch(me, b);
-      b.logits.resize(n);
-      me.model.forward(models::ctr_inputs{b.batch.dense.view(), b.inputs}, b.logits);
-      logits.insert(logits.end(), b.logits.begin(), b.logits.end());
-      labels.insert(labels.end(), b.batch.labels.begin(), b.batch.labels.end());
-    }
-    const eval_point point = score_predictions(logits, labels, at_step);
-    log_line(cat("eval @ step ", at_step, ": auc ", point.auc, " logloss ", point.logloss,
-                 " accuracy ", point.accuracy, " (", count, " samples)"));
-    return point;
+    return evaluate(eval_set, options_.batch, options_.eval_max_samples, at_step, b.batch,
+                    [&](const data::ctr_batch& rows, std::span<float> logits) {
+                      fetch(me, b);
+                      me.model.forward(models::ctr_inputs{rows.dense.view(), b.inputs}, logits);
+                    });
   }
 
-  // ---- dense table on the servers -----------------------------------------------------------
+  // ---- checkpoints (run_checkpoints.hpp: the directory, the protocol, the checks) --------
 
-  /// Writes dense parameters (and optimizer state, if given) into the servers' dense table.
-  void load_dense_into_servers(std::span<const float> params, std::span<const float> state) {
-    if constexpr (traits::dense_on_ps) {
-      const std::size_t sf = dense_state_floats();
-      std::vector<float> row(dense_layout_.row()), st(sf);
-      for (std::size_t r = 0; r < dense_layout_.rows(); ++r) {
-        dense_layout_.read(params, r, row);
-        if (state.empty())
-          std::fill(st.begin(), st.end(), 0.0f);
-        else
-          std::copy_n(state.begin() + static_cast<std::ptrdiff_t>(r * sf), sf, st.begin());
-        servers_.import_anywhere(tables_.size(), r, row, st);
-      }
-    }
-  }
-  // ---- checkpoints ------------------------------------------------------------------------
-
-  [[nodiscard]] bool resuming() const noexcept {
-    return options_.resume || !options_.resume_from.empty();
-  }
-  [[nodiscard]] std::filesystem::path latest_checkpoint() const {
-    return checkpoint_directory(options_.resume_from.empty() ? options_.checkpoint_dir
-                                                             : options_.resume_from)
-        .latest();
-  }
-  /// Takes the checkpoint directory's lock for this run (none without a directory) and refuses
-  /// a fresh run into a directory holding another run's checkpoints (checkpoint_dir.hpp).
-  [[nodiscard]] std::optional<checkpoint_lock> claim_checkpoint_dir() const {
-    if (options_.checkpoint_dir.empty()) return std::nullopt;
-    std::optional<checkpoint_lock> lock(std::in_place, options_.checkpoint_dir);
-    if (!lock->stale_holder().empty())
-      log_line(cat("checkpoint directory ", options_.checkpoint_dir.string(),
-                   ": the previous job (", lock->stale_holder(),
-                   ") ended without releasing it (killed?); this run takes it over"));
-    if (!options_.resume)
-      checkpoint_directory(options_.checkpoint_dir)
-          .expect_fresh(options_.resume_from.empty()
-                            ? std::nullopt
-                            : std::optional<std::filesystem::path>(options_.resume_from));
-    return lock;
-  }
   [[nodiscard]] std::size_t dense_state_floats() const {
     return dense_optimizer_type::state_floats(options_.dense_row);
   }
-
+  /// The files of this run's checkpoints beside state.ckpt.
+  [[nodiscard]] checkpoint_files files() const {
+    return {.replica = !traits::dense_on_ps,
+            .residuals = parts::worker_residuals,
+            .workers = options_.workers,
+            .servers = on_ps ? roles_->servers() : 0};
+  }
   /// This run's identity, as checkpoints record it.
   [[nodiscard]] checkpoint_meta run_meta(std::size_t step) const {
+    std::string tables;  // "name rows dim" lines
+    for (const auto& table : tables_)
+      tables += cat(table.name, " ", table.rows, " ", table.dim, "\n");
     return {.step = step,
             .dense_count = dense_layout_.count(),
             .dense_row = options_.dense_row,
@@ -923,83 +709,53 @@ class trainer {
             .optimizer = optimizer_type::name,
             .dense_optimizer = dense_optimizer_type::name,
             .strategy = strategy_name,
-            .tables = table_fingerprint(),
-            .files = checkpoint_files()};
+            .tables = std::move(tables),
+            .files = files().names()};
   }
-  /// The tables as checkpoints record them ("name rows dim" lines).
-  [[nodiscard]] std::string table_fingerprint() const {
-    std::string text;
-    for (const auto& table : tables_)
-      text += cat(table.name, " ", table.rows, " ", table.dim, "\n");
-    return text;
-  }
-  /// The files a checkpoint of this run holds beside state.ckpt (see write_checkpoint).
-  [[nodiscard]] std::vector<std::string> checkpoint_files() const {
-    std::vector<std::string> files;
-    if constexpr (!traits::dense_on_ps) files.push_back("rows-worker-0.ckpt");
-    if constexpr (worker_residuals)
-      for (int w = 0; w < options_.workers; ++w)
-        files.push_back(cat("worker-", w, ".ckpt"));
-    if constexpr (on_ps)
-      for (int s = 0; s < roles_->servers(); ++s)
-        files.push_back(cat("rows-server-", s, ".ckpt"));
-    return files;
-  }
-  /// A worker keeps a compressor residual (dense path) or push residuals (sparse path).
-  static constexpr bool worker_residuals = dense_residual || (on_ps && error_feedback && !lossless);
 
-  /// Every rank writes what it holds into step-N.tmp/ — worker 0 the run's identity and its
+  /// What each rank holds, into the checkpoint of `step`: worker 0 the run's identity and its
   /// replicas (dense rows, and the tables under ring_allreduce), each worker its residuals,
-  /// each server its stripe of rows — then rank 0 renames the directory and points `latest` at
-  /// it (barriers in between, so a checkpoint is whole or absent).
+  /// each server its stripe of rows.
   template <comm::transport T>
   void write_checkpoint(T& t, std::size_t step) const {
-    const checkpoint_directory dir(options_.checkpoint_dir);
-    const auto staged = dir.staging(step);
-    if (t.rank() == 0) dir.prepare(step);
-    comm::barrier(t);
-    if (t.rank() == rank_of_worker(0)) {
-      run_meta(step).write(staged / "state.ckpt");
-      if constexpr (!traits::dense_on_ps) {
-        const auto& me = *workers_[0];
-        row_records replica(tables_.size() + 1);
-        if constexpr (!on_ps) me.sparse.save_rows(tables_.size(), replica.adder());
-        me.dense.save_rows(me.model.parameters(), tables_.size(), replica.adder());
-        replica.commit(staged / "rows-worker-0.ckpt");
+    checkpoints_.write(t, step, [&](const std::filesystem::path& staged) {
+      if (t.rank() == 0) {
+        run_meta(step).write(staged / checkpoint_files::identity());
+        if constexpr (!traits::dense_on_ps) {
+          const auto& me = *workers_[0];
+          row_records replica(tables_.size() + 1);
+          if constexpr (!on_ps) me.sparse.save_rows(tables_.size(), replica.adder());
+          me.dense.save_rows(me.model.parameters(), tables_.size(), replica.adder());
+          replica.commit(staged / checkpoint_files::replica_file());
+        }
       }
-    }
-    if constexpr (worker_residuals) {
-      if (is_worker(t.rank())) {
-        const int w = worker_index(t.rank());
-        const auto& me = *workers_[static_cast<std::size_t>(w)];
-        checkpoint_writer residuals;
-        me.dense.save_residual(residuals);
-        me.sparse.save_residual(residuals);
-        residuals.commit(staged / cat("worker-", w, ".ckpt"));
+      if constexpr (parts::worker_residuals) {
+        if (is_worker(t.rank())) {
+          const int w = t.rank();
+          const auto& me = *workers_[static_cast<std::size_t>(w)];
+          checkpoint_writer residuals;
+          me.dense.save_residual(residuals);
+          me.sparse.save_residual(residuals);
+          residuals.commit(staged / checkpoint_files::residual_file(w));
+        }
       }
-    }
-    if constexpr (on_ps) {
-      if (roles_->is_server(t.rank())) {
-        row_records stripe(tables_.size() + 1);
-        servers_.at_rank(t.rank())->for_each_row(stripe.adder());
-        stripe.commit(staged / cat("rows-server-", roles_->server_index(t.rank()), ".ckpt"));
+      if constexpr (on_ps) {
+        if (roles_->is_server(t.rank())) {
+          row_records stripe(tables_.size() + 1);
+          servers_.at_rank(t.rank())->for_each_row(stripe.adder());
+          stripe.commit(staged / checkpoint_files::stripe_file(roles_->server_index(t.rank())));
+        }
       }
-    }
-    comm::barrier(t);
-    if (t.rank() == 0) dir.publish(step, 2);  // keeps the two newest
-    last_checkpoint_step_.store(step);
-    comm::barrier(t);
+    });
   }
 
-  /// Loads what `rank` holds from a checkpoint written under any strategy and world size —
-  /// its server's rows, its worker's replicas (the dense parameters under every strategy, the
-  /// tables under ring_allreduce) and residuals — and returns the checkpoint's step.
-  std::size_t load_checkpoint(int rank, const std::filesystem::path& dir) {
-    const auto saved = checkpoint_meta::read(dir / "state.ckpt");
-    saved.check_resumable_as(run_meta(0), dir);
-    saved.check_complete(dir);
-    worker_state* me =
-        is_worker(rank) ? workers_[static_cast<std::size_t>(worker_index(rank))].get() : nullptr;
+  /// Loads what `rank` holds from the checkpoint to resume from, written under any strategy and
+  /// world size — its server's rows, its worker's replicas (the dense parameters under every
+  /// strategy, the tables under ring_allreduce) and residuals — and returns its step.
+  std::size_t load_checkpoint(int rank) {
+    const auto dir = checkpoints_.latest();
+    const auto saved = checkpoints_.open(dir, run_meta(0));
+    worker_state* me = is_worker(rank) ? workers_[static_cast<std::size_t>(rank)].get() : nullptr;
     std::vector<row_shape> shapes;
     for (const auto& table : tables_)
       shapes.push_back({table.dim, optimizer_type::state_floats(table.dim)});
@@ -1027,20 +783,15 @@ class trainer {
     if (me != nullptr && dense_seen != dense_layout_.rows())
       fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", dense_seen, " of the ",
                                    dense_layout_.rows(), " dense parameter rows"));
-    if constexpr (worker_residuals) {
+    if constexpr (parts::worker_residuals) {
       if (me != nullptr) {
-        // Residuals belong to a worker; they carry over only when the worker count matches.
-        const auto file = dir / cat("worker-", worker_index(rank), ".ckpt");
-        std::optional<checkpoint_reader> residuals;
-        if (saved.workers == options_.workers && std::filesystem::exists(file))
-          residuals.emplace(file);
+        const auto residuals = run_checkpoints::residuals(dir, saved, rank, options_.workers);
         const checkpoint_reader* from = residuals ? &*residuals : nullptr;
         me->dense.load_residual(from);
         me->sparse.load_residual(from, map_ ? &*map_ : nullptr);
       }
     }
-    if (rank == 0) log_line(cat("resumed from ", dir.string(), " at step ", saved.step));
-    last_checkpoint_step_.store(static_cast<std::size_t>(saved.step));
+    checkpoints_.resumed(rank, dir, saved);
     return static_cast<std::size_t>(saved.step);
   }
 
@@ -1060,12 +811,7 @@ class trainer {
   hosted_servers<server_type> servers_;  ///< PS strategies: the server ranks of this process
   std::unique_ptr<progress> progress_;
   int local_rank_ = -1;
-  static constexpr std::size_t no_checkpoint = static_cast<std::size_t>(-1);
-  /// divergence_policy::skip_batch stops at this many consecutive non-finite steps of a worker.
-  static constexpr std::size_t max_dropped_in_a_row = 10;
-  /// Step of the newest checkpoint written or resumed from in this run (the divergence guard
-  /// names it); ranks of one process share it.
-  mutable std::atomic<std::size_t> last_checkpoint_step_{no_checkpoint};
+  run_checkpoints checkpoints_;               ///< this run's (ranks of one process share it)
   workers_endpoint_type workers_endpoint_{};  ///< foreign_allreduce: this worker's endpoint
 };
 
