@@ -10,6 +10,7 @@
 #include "strata/cuda/dlrm.hpp"
 #include "strata/models.hpp"
 #include "strata/nn/loss.hpp"
+#include "strata/nn/mlp.hpp"
 
 #include "models/support.hpp"
 
@@ -239,6 +240,31 @@ TEST_CASE("dlrm rejects bad configs and bad inputs, naming what", "[models][dlrm
   gv[2] = matrix_view<float>(g[2].data(), 4, 3);
   REQUIRE_THROWS_WITH(m.backward(dl, gv),
                       Catch::Contains("gradient view of table 2 'C3' is 4 x 3"));
+}
+
+TEST_CASE("dlrm_layers is DLRM's layout: the Kaggle widths, registered as nn::mlp registers them",
+          "[models][dlrm]") {
+  const models::dlrm_layers kaggle{models::dlrm_config{}};
+  CHECK(kaggle.bottom == std::vector<std::size_t>{13, 512, 256, 64, 16});
+  CHECK(kaggle.top == std::vector<std::size_t>{367, 512, 256, 1});
+  CHECK(models::dlrm_interaction_cols(26, 16) == 367);
+  // nn::add_mlp's blocks are nn::mlp's, layer by layer, and their sizes sum to the model's.
+  nn::parameter_set by_blocks, by_mlp;
+  const auto blocks = nn::add_mlp(by_blocks, kaggle.top, "top");
+  const nn::mlp top(by_mlp, kaggle.top, false, "top");
+  REQUIRE(blocks.size() == top.layers().size());
+  for (std::size_t l = 0; l < blocks.size(); ++l) {
+    CHECK(blocks[l].weight_offset == top.layers()[l].weight_offset());
+    CHECK(blocks[l].bias_offset == top.layers()[l].bias_offset());
+    CHECK(blocks[l].in == top.layers()[l].in());
+  }
+  nn::parameter_set whole;
+  (void)nn::add_mlp(whole, kaggle.bottom, "bottom");
+  (void)nn::add_mlp(whole, kaggle.top, "top");
+  CHECK(whole.size() == models::dlrm_sizes<models::criteo_kaggle_dlrm>::dense_parameters);
+  nn::parameter_set empty;
+  CHECK_THROWS_WITH(nn::add_mlp(empty, std::vector<std::size_t>{5}, "x"),
+                    Catch::Contains("needs at least an input and an output size"));
 }
 
 TEST_CASE("cuda::dlrm's host half has models::dlrm's parameter blocks and initial values",

@@ -63,9 +63,7 @@ class dlrm {
   };
 
   /// One linear layer's place in the flat buffers.
-  struct layer {
-    std::size_t in = 0, out = 0, weight_offset = 0, bias_offset = 0;
-  };
+  using layer = nn::linear_blocks;
 
   dlrm() : dlrm(config{}) {}
   explicit dlrm(const config& c) : config_(c), state_(nullptr, &no_state) {
@@ -77,18 +75,10 @@ class dlrm {
     const auto rows = models::detail::table_rows("cuda::dlrm", c.table_rows, c.sparse_features);
     for (std::size_t f = 0; f < c.sparse_features; ++f)
       tables_.push_back({cat("C", f + 1), rows[f], c.embedding_dim});
-    // The blocks of models::dlrm, in its order: nn::mlp "bottom" then "top", each layer's
-    // weight (xavier_uniform) then bias (fan_in_uniform).
-    std::size_t in = c.dense_features;
-    for (std::size_t l = 0; l < c.bottom_mlp.size(); ++l) {
-      bottom_.push_back(add_layer(cat("bottom.", l), in, c.bottom_mlp[l]));
-      in = c.bottom_mlp[l];
-    }
-    in = interaction_cols();
-    for (std::size_t l = 0; l < c.top_mlp.size(); ++l) {
-      top_.push_back(add_layer(cat("top.", l), in, c.top_mlp[l]));
-      in = c.top_mlp[l];
-    }
+    // models::dlrm's layout (models::dlrm_layers, registered by nn::add_mlp as nn::mlp does).
+    const models::dlrm_layers layers(c);
+    bottom_ = nn::add_mlp(params_, layers.bottom, "bottom");
+    top_ = nn::add_mlp(params_, layers.top, "top");
     params_.allocate(c.seed);
   }
   /// Movable (a model in a container); not move-assignable: the device state refers to this
@@ -117,8 +107,7 @@ class dlrm {
   [[nodiscard]] const std::vector<layer>& top_layers() const noexcept { return top_; }
   /// Columns of the interaction's output (d + (F+1)F/2), the top MLP's input.
   [[nodiscard]] std::size_t interaction_cols() const noexcept {
-    const std::size_t f = config_.sparse_features;
-    return config_.embedding_dim + (f + 1) * f / 2;
+    return models::dlrm_interaction_cols(config_.sparse_features, config_.embedding_dim);
   }
 
   /// As models::dlrm::forward (same checks, same errors), computed on the device.
@@ -132,16 +121,6 @@ class dlrm {
   static void no_state(device_state*) noexcept {}
   /// The device state, created on first use (checks the device index).
   device_state& device();
-
-  layer add_layer(const std::string& name, std::size_t in, std::size_t out) {
-    STRATA_EXPECTS(in > 0 && out > 0, "cuda::dlrm: layer '", name, "' sizes must be positive, got ",
-                   in, " -> ", out);
-    layer l{in, out, 0, 0};
-    l.weight_offset =
-        params_.add(name + ".weight", in * out, nn::init_scheme::xavier_uniform, in, out);
-    l.bias_offset = params_.add(name + ".bias", out, nn::init_scheme::fan_in_uniform, in, out);
-    return l;
-  }
 
   config config_;
   std::vector<embedding::table_spec> tables_;

@@ -46,12 +46,9 @@ class dlrm {
     const auto rows = detail::table_rows("dlrm", c.table_rows, c.sparse_features);
     for (std::size_t f = 0; f < c.sparse_features; ++f)
       tables_.push_back({cat("C", f + 1), rows[f], c.embedding_dim});
-    std::vector<std::size_t> bottom = {c.dense_features};
-    bottom.insert(bottom.end(), c.bottom_mlp.begin(), c.bottom_mlp.end());
-    std::vector<std::size_t> top = {interaction_.output_cols()};
-    top.insert(top.end(), c.top_mlp.begin(), c.top_mlp.end());
-    bottom_ = nn::mlp(params_, bottom, true, "bottom");
-    top_ = nn::mlp(params_, top, false, "top");
+    const dlrm_layers layers(c);  // the layout cuda::dlrm shares
+    bottom_ = nn::mlp(params_, layers.bottom, true, "bottom");
+    top_ = nn::mlp(params_, layers.top, false, "top");
     bottom_.set_gemm_engine(c.gemm);
     top_.set_gemm_engine(c.gemm);
     params_.allocate(c.seed);

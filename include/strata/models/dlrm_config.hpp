@@ -36,6 +36,26 @@ struct dlrm_config {
   nn::gemm_engine gemm = nn::default_gemm_engine;
 };
 
+/// Columns of DLRM's dot interaction output (the top MLP's input): the bottom MLP's d outputs
+/// and the (F+1)F/2 pairwise dots of them and the F embeddings.
+constexpr std::size_t dlrm_interaction_cols(std::size_t sparse_features, std::size_t dim) {
+  return dim + (sparse_features + 1) * sparse_features / 2;
+}
+
+/// DLRM's parameter layout: the widths (input first) of its bottom MLP then its top MLP, whose
+/// layers are registered in this order as "bottom.<l>" and "top.<l>" (nn::add_mlp: each
+/// weight, then bias). models::dlrm and cuda::dlrm both build their flat buffers from it.
+struct dlrm_layers {
+  std::vector<std::size_t> bottom, top;
+
+  explicit dlrm_layers(const dlrm_config& c) {
+    bottom.push_back(c.dense_features);
+    bottom.insert(bottom.end(), c.bottom_mlp.begin(), c.bottom_mlp.end());
+    top.push_back(dlrm_interaction_cols(c.sparse_features, c.embedding_dim));
+    top.insert(top.end(), c.top_mlp.begin(), c.top_mlp.end());
+  }
+};
+
 namespace detail {
 /// The checks every DLRM makes of its sizes; `who` starts the messages ("dlrm::config").
 inline void check_dlrm_config(const char* who, const dlrm_config& c) {
@@ -95,8 +115,7 @@ struct dlrm_sizes {
   /// interaction's d + (F+1)F/2 outputs (models::dlrm's layout).
   static constexpr std::uint64_t dense_parameters =
       detail::mlp_parameters(S::dense_features, S::bottom_mlp) +
-      detail::mlp_parameters(S::embedding_dim + (sparse_features + 1) * sparse_features / 2,
-                             S::top_mlp);
+      detail::mlp_parameters(dlrm_interaction_cols(sparse_features, S::embedding_dim), S::top_mlp);
   static constexpr std::uint64_t dense_bytes = dense_parameters * sizeof(float);
   static_assert(S::bottom_mlp.size() > 0 && S::bottom_mlp.back() == S::embedding_dim,
                 "dlrm_shape: the bottom MLP must end in embedding_dim (its output meets the "

@@ -43,12 +43,13 @@ class linear {
   linear() = default;
   /// Registers weight and bias blocks of an `in` → `out` layer in `params`.
   linear(parameter_set& params, std::size_t in, std::size_t out, const std::string& name)
-      : in_(in), out_(out) {
-    STRATA_EXPECTS(in > 0 && out > 0, "linear '", name, "': sizes must be positive, got ", in,
-                   " -> ", out);
-    weight_offset_ = params.add(name + ".weight", in * out, init_scheme::xavier_uniform, in, out);
-    bias_offset_ = params.add(name + ".bias", out, init_scheme::fan_in_uniform, in, out);
-  }
+      : linear(add_linear(params, in, out, name)) {}
+  /// A layer over blocks already registered (add_linear, add_mlp).
+  explicit linear(const linear_blocks& blocks)
+      : in_(blocks.in),
+        out_(blocks.out),
+        weight_offset_(blocks.weight_offset),
+        bias_offset_(blocks.bias_offset) {}
 
   [[nodiscard]] std::size_t in() const noexcept { return in_; }
   [[nodiscard]] std::size_t out() const noexcept { return out_; }

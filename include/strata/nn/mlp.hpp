@@ -31,10 +31,8 @@ class mlp {
   mlp(parameter_set& params, std::span<const std::size_t> sizes, bool relu_last,
       const std::string& name)
       : relu_last_(relu_last) {
-    STRATA_EXPECTS(sizes.size() >= 2, "mlp '", name,
-                   "': needs at least an input and an output size, got ", sizes.size(), " sizes");
-    for (std::size_t l = 0; l + 1 < sizes.size(); ++l)
-      layers_.emplace_back(params, sizes[l], sizes[l + 1], cat(name, ".", l));
+    for (const linear_blocks& blocks : add_mlp(params, sizes, name))
+      layers_.emplace_back(blocks);
     acts_.resize(layers_.size());
     deltas_.resize(layers_.size());
   }

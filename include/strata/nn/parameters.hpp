@@ -115,4 +115,35 @@ class parameter_set {
   aligned_buffer<float> grads_;
 };
 
+/// Where a linear layer's blocks lie in a parameter_set's flat buffers.
+struct linear_blocks {
+  std::size_t in = 0, out = 0, weight_offset = 0, bias_offset = 0;
+};
+
+/// Registers an `in` → `out` linear layer in `params`: "<name>.weight" (out × in,
+/// xavier_uniform) then "<name>.bias" (out, fan_in_uniform). nn::linear and the GPU models
+/// register their layers through this one function, so their flat buffers agree.
+inline linear_blocks add_linear(parameter_set& params, std::size_t in, std::size_t out,
+                                const std::string& name) {
+  STRATA_EXPECTS(in > 0 && out > 0, "linear '", name, "': sizes must be positive, got ", in, " -> ",
+                 out);
+  linear_blocks b{in, out, 0, 0};
+  b.weight_offset = params.add(name + ".weight", in * out, init_scheme::xavier_uniform, in, out);
+  b.bias_offset = params.add(name + ".bias", out, init_scheme::fan_in_uniform, in, out);
+  return b;
+}
+
+/// Registers the layers of an MLP whose widths are `widths` (input first, then each layer's
+/// output), layer l as "<name>.<l>" (add_linear).
+inline std::vector<linear_blocks> add_mlp(parameter_set& params,
+                                          std::span<const std::size_t> widths,
+                                          const std::string& name) {
+  STRATA_EXPECTS(widths.size() >= 2, "mlp '", name,
+                 "': needs at least an input and an output size, got ", widths.size(), " sizes");
+  std::vector<linear_blocks> layers;
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l)
+    layers.push_back(add_linear(params, widths[l], widths[l + 1], cat(name, ".", l)));
+  return layers;
+}
+
 }  // namespace strata::nn
