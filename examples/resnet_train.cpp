@@ -13,6 +13,7 @@
 ///                [--train-limit N] [--test-limit N] [--data-dir DIR] [--seed 1]
 ///                [--compress none|fp16|int8] [--optimizer momentum|adam]
 ///                [--local-bn] [--augment] [--deterministic] [--csv PATH]
+///                [--checkpoint-dir DIR] [--checkpoint-every E] [--resume | --resume-from DIR]
 ///
 /// --augment: random crop (2 pixels of black padding) and left-right flip of every training
 /// image, chosen by (seed, epoch, image index) — the same on any worker count.
@@ -55,8 +56,9 @@ struct flags {
   float lr = 0.1f;
   std::uint64_t seed = 1;
   std::string data_dir = data::fashion_mnist_dir.string(), compress = "none",
-              optimizer = "momentum", csv;
-  bool local_bn = false, augment = false, deterministic = false;
+              optimizer = "momentum", csv, checkpoint_dir, resume_from;
+  std::size_t checkpoint_every = 1;
+  bool local_bn = false, augment = false, deterministic = false, resume = false;
 
   [[noreturn]] static void usage(int code) {
     std::printf(
@@ -75,7 +77,11 @@ struct flags {
         "  --local-bn          batch-norm statistics per worker (default: synchronised)\n"
         "  --augment           random crop (2 px) and flip, keyed by (seed, epoch, image)\n"
         "  --deterministic     gradient sums in rank order (reproducible across ring layouts)\n"
-        "  --csv PATH          per-epoch results\n",
+        "  --csv PATH          per-epoch results\n"
+        "  --checkpoint-dir DIR       checkpoints at epoch ends (the two newest kept)\n"
+        "  --checkpoint-every E       epochs between checkpoints (default 1)\n"
+        "  --resume            continue from --checkpoint-dir's latest checkpoint\n"
+        "  --resume-from DIR   continue from this checkpoint (a step-N folder)\n",
         data::fashion_mnist_dir.string().c_str());
     std::exit(code);
   }
@@ -101,6 +107,14 @@ struct flags {
         f.augment = true;
       else if (a == "--deterministic")
         f.deterministic = true;
+      else if (a == "--resume")
+        f.resume = true;
+      else if (a == "--resume-from")
+        f.resume_from = value();
+      else if (a == "--checkpoint-dir")
+        f.checkpoint_dir = value();
+      else if (a == "--checkpoint-every")
+        f.checkpoint_every = count(1, 100'000);
       else if (a == "--workers")
         f.workers = cli::parse_integer<int>(a, value(), 1, 256);
       else if (a == "--batch")
@@ -227,12 +241,22 @@ int main(int argc, char** argv) {
     options.deterministic = f.deterministic;
     options.sync_batch_norm = !f.local_bn;
     options.progress = leader;
+    options.checkpoint_dir = f.checkpoint_dir;
+    options.checkpoint_every = f.checkpoint_every;
+    options.resume = f.resume;
+    options.resume_from = f.resume_from;
+    options.check();  // before loading the data
     if (f.augment)
       options.augment =
           data::augment_options{.pad = 2, .flip = true, .fill = data::fashion_mnist_black};
     stopwatch total;
     const train::image_report report = train_resnet(f, options, train, test, endpoint);
-    if (leader) {
+    if (leader && report.epochs.empty()) {
+      std::printf(
+          "resnet_train: resumed at step %zu, the end of the %zu epochs asked: nothing to "
+          "train; parameters %016llx\n",
+          report.first_step, f.epochs, static_cast<unsigned long long>(report.parameter_checksum));
+    } else if (leader) {
       std::printf(
           "resnet_train: ResNet-%zu, %d workers, %zu epochs, final test accuracy %.4f, "
           "parameters %016llx, %.1f s\n",

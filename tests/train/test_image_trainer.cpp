@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <numbers>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "strata/optim/momentum.hpp"
 #include "strata/train/image_trainer.hpp"
 #include "support/image_fixtures.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace strata;
 using strata_test::tiny_images;
@@ -188,4 +190,101 @@ TEST_CASE("image_trainer refuses bad inputs with sentences", "[train][image_trai
   shapeless.height = 0;
   REQUIRE_THROWS_WITH(needs_shape.fit(shapeless),
                       Catch::Contains("augmentation needs the images' shape"));
+}
+
+TEST_CASE(
+    "image_trainer checkpoints at epoch ends; a resumed run equals the straight one, "
+    "bitwise, and loads under another worker count",
+    "[train][image_trainer][checkpoint]") {
+  const strata_test::temp_dir tmp("image_ckpt");
+  const auto train_set = tiny_images(256, 1);
+  const optim::momentum opt{.lr = 0.05f};
+  using int8_ef = compress::error_feedback<compress::int8_block<64>>;
+
+  SECTION("lossless, rank-ordered") {
+    auto o = options_for(2);
+    o.deterministic = true;
+    o.epochs = 3;
+    train::image_trainer<models::resnet> straight(tiny_resnet(), opt, o);
+    const auto whole = straight.fit(train_set);
+
+    // A run of 3 epochs checkpointing every epoch (its step-16 checkpoint is what a run killed
+    // during epoch 3 leaves); writing checkpoints does not change its result.
+    auto first = o;
+    first.checkpoint_dir = tmp.path / "a";
+    train::image_trainer<models::resnet> full(tiny_resnet(), opt, first);
+    const auto written = full.fit(train_set);
+    CHECK(written.parameter_checksum == whole.parameter_checksum);
+    REQUIRE(std::filesystem::exists(tmp.path / "a" / "step-16"));  // 8 steps per epoch
+    REQUIRE(std::filesystem::exists(tmp.path / "a" / "step-24"));
+    CHECK_FALSE(std::filesystem::exists(tmp.path / "a" / "step-8"));  // two kept
+
+    auto resumed_options = o;
+    resumed_options.checkpoint_dir = tmp.path / "b";
+    resumed_options.resume_from = tmp.path / "a" / "step-16";
+    train::image_trainer<models::resnet> resumed(tiny_resnet(), opt, resumed_options);
+    const auto rest = resumed.fit(train_set);
+    CHECK(rest.first_step == 16);
+    CHECK(rest.epochs.size() == 1);
+    CHECK(rest.parameter_checksum == whole.parameter_checksum);
+    CHECK(resumed.parameters() == straight.parameters());
+
+    // Another worker count: the parameters, optimizer state and running statistics load (no
+    // step left to train: the parameters are the checkpoint's, bitwise).
+    auto one = options_for(1);
+    one.epochs = 3;
+    one.resume_from = tmp.path / "a" / "step-24";
+    train::image_trainer<models::resnet> reloaded(tiny_resnet(), opt, one);
+    const auto nothing = reloaded.fit(train_set);
+    CHECK(nothing.epochs.empty());
+    CHECK(nothing.parameter_checksum == whole.parameter_checksum);
+  }
+  SECTION("int8 with error feedback: the residual travels") {
+    auto o = options_for(2);
+    o.epochs = 2;
+    train::image_trainer<models::resnet, int8_ef> straight(tiny_resnet(), opt, o);
+    const auto whole = straight.fit(train_set);
+    auto first = o;
+    first.checkpoint_dir = tmp.path / "c";
+    train::image_trainer<models::resnet, int8_ef> writer(tiny_resnet(), opt, first);
+    (void)writer.fit(train_set);
+    auto again = o;
+    again.resume_from = tmp.path / "c" / "step-8";
+    train::image_trainer<models::resnet, int8_ef> resumed(tiny_resnet(), opt, again);
+    CHECK(resumed.fit(train_set).parameter_checksum == whole.parameter_checksum);
+  }
+  SECTION("refused: another seed, another batch, a missing worker file, resume twice") {
+    auto o = options_for(2);
+    o.checkpoint_dir = tmp.path / "d";
+    train::image_trainer<models::resnet> writer(tiny_resnet(), opt, o);
+    (void)writer.fit(train_set);
+    const auto at = tmp.path / "d" / "step-16";
+    auto seed = options_for(2);
+    seed.seed = 6;
+    seed.resume_from = at;
+    CHECK_THROWS_WITH(train::image_trainer<models::resnet>(tiny_resnet(), opt, seed).fit(train_set),
+                      Catch::Contains("seed 5"));
+    auto batch = options_for(2);
+    batch.resume_from = tmp.path / "d" / "step-8";
+    batch.batch = 48;  // 5 steps per epoch: step 8 is not an epoch end
+    CHECK_THROWS_WITH(
+        train::image_trainer<models::resnet>(tiny_resnet(), opt, batch).fit(train_set),
+        Catch::Contains("not at an epoch end"));
+    std::filesystem::remove(at / "worker-1.ckpt");
+    auto missing = options_for(2);
+    missing.resume_from = at;
+    CHECK_THROWS_WITH(
+        train::image_trainer<models::resnet>(tiny_resnet(), opt, missing).fit(train_set),
+        Catch::Contains("worker-1.ckpt (listed in state.ckpt) is missing"));
+    auto both = options_for(2);
+    both.resume = true;
+    both.checkpoint_dir = tmp.path / "d";
+    both.resume_from = at;
+    CHECK_THROWS_WITH(train::image_trainer<models::resnet>(tiny_resnet(), opt, both),
+                      Catch::Contains("resume and resume_from both set"));
+    auto every = options_for(2);
+    every.checkpoint_every = 0;
+    CHECK_THROWS_WITH(train::image_trainer<models::resnet>(tiny_resnet(), opt, every),
+                      Catch::Contains("checkpoint_every must be >= 1"));
+  }
 }

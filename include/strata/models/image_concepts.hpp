@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "strata/core/matrix.hpp"
 #include "strata/nn/batch_norm.hpp"
@@ -23,6 +24,8 @@ namespace strata::models {
 /// - `m.set_mode(nn::mode)` (train: batch statistics; eval: running statistics) and
 ///   `m.set_bn_sync(reducer)`: batch norm sums its per-batch statistics through `reducer`
 ///   (an allreduce over the workers), so N workers normalise as one worker on the global batch.
+/// - `m.running_statistics()` → the state beside the parameters (batch norm's running mean and
+///   variance) as floats, and `m.set_running_statistics(values)` (checkpoints).
 template <class M>
 concept image_model = std::constructible_from<M, const typename M::config&> &&
     requires(M& m, const M& cm, matrix_view<const float> images, matrix_view<float> logits,
@@ -35,6 +38,8 @@ concept image_model = std::constructible_from<M, const typename M::config&> &&
   m.backward(dlogits);
   m.set_mode(nn::mode::train);
   m.set_bn_sync(reducer);
+  { m.running_statistics() } -> std::convertible_to<std::vector<float>>;
+  m.set_running_statistics(std::span<const float>{});
 };
 
 }  // namespace strata::models

@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <numbers>
 #include <optional>
 #include <span>
@@ -47,8 +48,10 @@
 #include "strata/nn/softmax_cross_entropy.hpp"
 #include "strata/optim/concepts.hpp"
 #include "strata/optim/momentum.hpp"
+#include "strata/train/checkpoint_rows.hpp"
 #include "strata/train/dense_path.hpp"
 #include "strata/train/evaluation.hpp"
+#include "strata/train/run_checkpoints.hpp"
 
 namespace strata::train {
 
@@ -70,6 +73,12 @@ struct image_trainer_options {
   std::size_t eval_batch = 256;  ///< test images per forward
   double timeout_seconds = 600;  ///< a rank waiting longer than this for a peer fails
   bool progress = false;         ///< a progress line on worker 0's terminal
+  /// Checkpoints at epoch ends into this directory (empty: none): the parameters with the
+  /// optimizer state, each worker's batch-norm running statistics and compressor residual.
+  std::filesystem::path checkpoint_dir{};
+  std::size_t checkpoint_every = 1;     ///< epochs between checkpoints (the last one always)
+  bool resume = false;                  ///< continue from checkpoint_dir's latest checkpoint
+  std::filesystem::path resume_from{};  ///< continue from this checkpoint (step-N folder)
 
   void check() const {
     STRATA_EXPECTS(workers >= 1, "image_trainer: workers must be ≥ 1, got ", workers);
@@ -80,6 +89,12 @@ struct image_trainer_options {
     STRATA_EXPECTS(dense_row >= 1, "image_trainer: dense_row must be ≥ 1");
     STRATA_EXPECTS(eval_batch >= 1, "image_trainer: eval_batch must be ≥ 1");
     STRATA_EXPECTS(timeout_seconds > 0, "image_trainer: timeout_seconds must be positive");
+    STRATA_EXPECTS(checkpoint_every >= 1, "image_trainer: checkpoint_every must be >= 1 epoch");
+    STRATA_EXPECTS(!resume || resume_from.empty(),
+                   "image_trainer: resume and resume_from both set; resume_from names the "
+                   "checkpoint, drop resume");
+    STRATA_EXPECTS(!resume || !checkpoint_dir.empty(),
+                   "image_trainer: resume needs a checkpoint directory (--checkpoint-dir)");
   }
 };
 
@@ -93,7 +108,8 @@ struct image_epoch {
 
 /// What `fit` returns.
 struct image_report {
-  std::vector<image_epoch> epochs;
+  std::vector<image_epoch> epochs;  ///< the epochs this run trained (after the resumed ones)
+  std::size_t first_step = 0;       ///< > 0 when resumed
   std::size_t steps = 0;
   double seconds = 0;
   /// Checksum of the final parameters' bits (every replica's is the same).
@@ -144,11 +160,13 @@ class image_trainer {
     STRATA_EXPECTS(local_rank_ < 0, "image_trainer: built for rank ", local_rank_,
                    " of a multi-process world; call fit(transport, train, test) on every process");
     check_data(train, test);
+    const run_checkpoints checkpoints = checkpoints_for(train);
+    const auto lock = checkpoints.claim();
     comm::thread_world world(options_.workers, {.timeout_seconds = options_.timeout_seconds});
     std::vector<image_report> reports(static_cast<std::size_t>(options_.workers));
     stopwatch clock;
     world.run([&](comm::thread_transport& t) {
-      reports[static_cast<std::size_t>(t.rank())] = run_rank(t, train, test);
+      reports[static_cast<std::size_t>(t.rank())] = run_rank(t, train, test, checkpoints);
     });
     reports[0].seconds = clock.seconds();
     return reports[0];
@@ -163,8 +181,10 @@ class image_trainer {
     STRATA_EXPECTS(t.size() == options_.workers, "image_trainer: the world has ", t.size(),
                    " ranks but the options name ", options_.workers, " workers");
     check_data(train, test);
+    const run_checkpoints checkpoints = checkpoints_for(train);
+    const auto lock = t.rank() == 0 ? checkpoints.claim() : std::nullopt;
     stopwatch clock;
-    image_report report = run_rank(t, train, test);
+    image_report report = run_rank(t, train, test, checkpoints);
     report.seconds = clock.seconds();
     return report;
   }
@@ -202,9 +222,21 @@ class image_trainer {
     return pixels == 0 ? 0 : set.images.cols() / pixels;
   }
 
+  [[nodiscard]] std::size_t steps_per_epoch(const data::image_dataset& train) const {
+    return data::sharded_sampler(train.size(), static_cast<std::size_t>(options_.workers), 0,
+                                 options_.batch, options_.seed)
+        .steps_per_epoch();
+  }
+  [[nodiscard]] run_checkpoints checkpoints_for(const data::image_dataset& train) const {
+    return run_checkpoints(options_.checkpoint_dir,
+                           options_.checkpoint_every * steps_per_epoch(train), options_.resume,
+                           options_.resume_from);
+  }
+
   /// One worker's whole run.
   template <comm::transport T>
-  image_report run_rank(T& t, const data::image_dataset& train, const data::image_dataset* test) {
+  image_report run_rank(T& t, const data::image_dataset& train, const data::image_dataset* test,
+                        const run_checkpoints& checkpoints) {
     const auto rank = static_cast<std::size_t>(t.rank());
     const auto workers = static_cast<std::size_t>(options_.workers);
     Model net(config_);
@@ -229,7 +261,12 @@ class image_trainer {
     const float base_lr = optimizer_.lr;
     const float scale = 1.0f / static_cast<float>(options_.batch);
     image_report report;
-    for (std::size_t e = 0; e < options_.epochs; ++e) {
+    std::size_t first_epoch = 0;
+    if (checkpoints.resuming()) {
+      report.first_step = load_checkpoint(checkpoints, t.rank(), net, dense, steps);
+      first_epoch = report.first_step / steps;
+    }
+    for (std::size_t e = first_epoch; e < options_.epochs; ++e) {
       sampler.set_epoch(e);
       net.set_mode(nn::mode::train);
       stopwatch epoch_clock;
@@ -271,6 +308,8 @@ class image_trainer {
                      test != nullptr ? cat(", test accuracy ", epoch.test_accuracy) : std::string(),
                      ", ", static_cast<long>(epoch.images_per_second), " images/s"));
       report.epochs.push_back(epoch);
+      if (checkpoints.due((e + 1) * steps, total))
+        write_checkpoint(checkpoints, t, (e + 1) * steps, net, dense);
     }
     if (bar) bar->finish();
     report.steps = total;
@@ -278,6 +317,76 @@ class image_trainer {
     report.parameter_checksum = detail::values_checksum(params);
     if (rank == 0 || local_rank_ >= 0) parameters_.assign(params.begin(), params.end());
     return report;
+  }
+
+  // ---- checkpoints (run_checkpoints.hpp: the directory, the protocol, the checks) ---------
+
+  /// This run's identity, as checkpoints record it (no tables).
+  [[nodiscard]] checkpoint_meta run_meta(std::size_t step, std::size_t parameters) const {
+    return {
+        .step = step,
+        .dense_count = parameters,
+        .dense_row = options_.dense_row,
+        .seed = options_.seed,
+        .workers = options_.workers,
+        .optimizer = Optimizer::name,
+        .dense_optimizer = Optimizer::name,
+        .strategy = "image_trainer",
+        .tables = {},
+        .files = checkpoint_files{.replica = true, .residuals = true, .workers = options_.workers}
+                     .names()};
+  }
+  /// Worker 0 writes the run's identity and its replica (parameters with optimizer state, as
+  /// rows of dense_row); every worker its running statistics and compressor residual.
+  template <comm::transport T>
+  void write_checkpoint(const run_checkpoints& checkpoints, T& t, std::size_t step, Model& net,
+                        const dense_path_type& dense) const {
+    checkpoints.write(t, step, [&](const std::filesystem::path& staged) {
+      if (t.rank() == 0) {
+        run_meta(step, net.parameters().size()).write(staged / checkpoint_files::identity());
+        row_records replica(1);
+        dense.save_rows(net.parameters(), 0, replica.adder());
+        replica.commit(staged / checkpoint_files::replica_file());
+      }
+      checkpoint_writer own;
+      own.add_values<float>("running_statistics", net.running_statistics());
+      dense.save_residual(own);
+      own.commit(staged / checkpoint_files::residual_file(t.rank()));
+    });
+  }
+  /// Loads the checkpoint to resume from into this worker (written by any worker count: the
+  /// running statistics then come from worker 0's file and the compressor residual starts at
+  /// zero) and returns its step, an epoch boundary of this run.
+  std::size_t load_checkpoint(const run_checkpoints& checkpoints, int rank, Model& net,
+                              dense_path_type& dense, std::size_t steps) const {
+    const auto dir = checkpoints.latest();
+    const auto saved = checkpoints.open(dir, run_meta(0, net.parameters().size()));
+    STRATA_EXPECTS(saved.step % steps == 0, "image_trainer: checkpoint ", dir.string(),
+                   " is at step ", saved.step, ", not at an epoch end of this run (", steps,
+                   " steps per epoch with a global batch of ", options_.batch,
+                   "): resume with the batch size it was written with");
+    const dense_rows rows(net.parameters().size(), options_.dense_row);
+    std::size_t seen = 0;
+    const row_shape shape{options_.dense_row, Optimizer::state_floats(options_.dense_row)};
+    read_row_records(dir, std::span(&shape, 1),
+                     [&](std::size_t, std::uint64_t key, std::span<const float> row,
+                         std::span<const float> state, const std::filesystem::path& file) {
+                       if (key >= rows.rows())
+                         fail(errc::corrupt_data,
+                              cat("checkpoint ", file.string(), ": parameter row ", key,
+                                  " outside the model's ", rows.rows(), " rows"));
+                       dense.load_row(net.parameters(), key, row, state);
+                       ++seen;
+                     });
+    if (seen != rows.rows())
+      fail(errc::corrupt_data, cat("checkpoint ", dir.string(), " holds ", seen, " of the ",
+                                   rows.rows(), " parameter rows"));
+    const bool same_workers = saved.workers == options_.workers;
+    const checkpoint_reader own(dir / checkpoint_files::residual_file(same_workers ? rank : 0));
+    net.set_running_statistics(own.values<float>("running_statistics"));
+    dense.load_residual(same_workers ? &own : nullptr);
+    checkpoints.resumed(rank, dir, saved);
+    return static_cast<std::size_t>(saved.step);
   }
 
   /// The learning rate of `step` of `total`.

@@ -65,10 +65,16 @@ class run_checkpoints {
   static constexpr std::size_t keep = 2;
 
   explicit run_checkpoints(const trainer_options& options)
-      : dir_(options.checkpoint_dir),
-        resume_from_(options.resume_from),
-        every_(options.checkpoint_every),
-        resume_(options.resume) {}
+      : run_checkpoints(options.checkpoint_dir, options.checkpoint_every, options.resume,
+                        options.resume_from) {}
+  /// Checkpoints into `dir` (empty: none) every `every` steps (0: only at the end); resume
+  /// from its `latest` (`resume`) or from the checkpoint `resume_from`.
+  run_checkpoints(std::filesystem::path dir, std::size_t every, bool resume,
+                  std::filesystem::path resume_from)
+      : dir_(std::move(dir)),
+        resume_from_(std::move(resume_from)),
+        every_(every),
+        resume_(resume) {}
 
   [[nodiscard]] bool enabled() const noexcept { return !dir_.empty(); }
   [[nodiscard]] bool resuming() const noexcept { return resume_ || !resume_from_.empty(); }
