@@ -37,7 +37,9 @@ train::checkpoint_meta sample_meta() {
           .dense_optimizer = "adam",
           .strategy = "hybrid",
           .tables = "C1 1000 16\nC2 500 16\n",
-          .files = {"rows-worker-0.ckpt", "worker-0.ckpt", "rows-server-0.ckpt"}};
+          .files = {"rows-worker-0.ckpt", "worker-0.ckpt", "rows-server-0.ckpt"},
+          .seals = {},
+          .run_id = 0};
 }
 std::vector<float> values(std::size_t n, float base) {
   std::vector<float> v(n);

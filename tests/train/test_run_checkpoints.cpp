@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -43,7 +44,9 @@ train::checkpoint_meta meta_of(std::size_t step, int workers, int servers) {
           .files =
               train::checkpoint_files{
                   .replica = true, .residuals = true, .workers = workers, .servers = servers}
-                  .names()};
+                  .names(),
+          .seals = {},
+          .run_id = 0};
 }
 
 }  // namespace
@@ -93,14 +96,22 @@ TEST_CASE(
   auto lock = checkpoints.claim();
   REQUIRE(lock.has_value());
 
+  // 2 workers and 1 dedicated server: each rank writes the files it holds (their content
+  // names the step, so the files of two checkpoints differ).
+  const auto part = [](std::size_t step) {
+    train::checkpoint_writer out;
+    out.add_value("step", std::uint64_t{step});
+    return out;
+  };
   comm::thread_world world(3, {.timeout_seconds = 20});
   world.run([&](comm::thread_transport& t) {
     for (std::size_t step : {10, 20, 30}) {
-      checkpoints.write(t, step, [&](const fs::path& staged) {
-        // Every rank sees the staging folder; rank 0 writes the identity, each rank a file.
-        CHECK(fs::is_directory(staged));
-        if (t.rank() == 0) meta_of(step, 2, 1).write(staged / "state.ckpt");
-        std::ofstream(staged / ("part-" + std::to_string(t.rank()))) << step;
+      checkpoints.write(t, step, meta_of(step, 2, 1), [&](const fs::path& staged) {
+        CHECK(fs::is_directory(staged));  // every rank sees the staging folder
+        if (t.rank() == 0) part(step).commit(staged / "rows-worker-0.ckpt");
+        if (t.rank() < 2)
+          part(step).commit(staged / ("worker-" + std::to_string(t.rank()) + ".ckpt"));
+        if (t.rank() == 2) part(step).commit(staged / "rows-server-0.ckpt");
       });
     }
   });
@@ -108,9 +119,21 @@ TEST_CASE(
   CHECK_THAT(checkpoints.last_good(), Catch::Contains((dir / "step-30").string()));
   CHECK_FALSE(fs::exists(dir / "step-10"));  // rotated away: two are kept
   CHECK(fs::exists(dir / "step-20"));
-  for (int r = 0; r < 3; ++r)
-    CHECK(fs::exists(dir / "step-30" / ("part-" + std::to_string(r))));
   CHECK_FALSE(fs::exists(dir / "step-30.tmp"));
+  // state.ckpt seals every file (size + stored checksum) and names the run.
+  const auto sealed = train::checkpoint_meta::read(dir / "step-30" / "state.ckpt");
+  REQUIRE(sealed.seals.size() == sealed.files.size());
+  for (std::size_t i = 0; i < sealed.files.size(); ++i)
+    CHECK(sealed.seals[i] == train::seal_of(dir / "step-30" / sealed.files[i]));
+  CHECK(sealed.run_id == checkpoints.run_id());
+  CHECK(sealed.run_id != 0);
+  CHECK(checkpoints.open(dir / "step-30", meta_of(0, 2, 1)).step == 30);
+  // A file of another checkpoint copied in (same name, whole and valid on its own) is refused
+  // before anything loads.
+  fs::copy_file(dir / "step-20" / "worker-1.ckpt", dir / "step-30" / "worker-1.ckpt",
+                fs::copy_options::overwrite_existing);
+  CHECK_THROWS_WITH(checkpoints.open(dir / "step-30", meta_of(0, 2, 1)),
+                    Catch::Contains("worker-1.ckpt is not the file this checkpoint wrote"));
 
   // Another job cannot claim the directory while this run holds it; once released, a fresh
   // run into the used directory is refused and a resume reads `latest`.
@@ -154,6 +177,12 @@ TEST_CASE(
 
   checkpoints.resumed(1, at, opened);
   CHECK(checkpoints.last_step() == 5);
+  CHECK(opened.run_id == 0);  // written without one (by meta_of): the run keeps its own
+  CHECK(checkpoints.run_id() != 0);
+  auto named = saved;
+  named.run_id = 0x1234;
+  checkpoints.resumed(1, at, named);
+  CHECK(checkpoints.run_id() == 0x1234);  // continuations share the id
 }
 
 TEST_CASE("evaluate scores every row once in file order, in batches, up to max_samples",

@@ -135,6 +135,28 @@ class checkpoint_writer {
   std::map<std::string, std::vector<std::byte>> sections_;
 };
 
+/// What identifies one written checkpoint file without reading it whole: its size and the
+/// checksum stored in its last 8 bytes (a state.ckpt records them for every other file).
+struct file_seal {
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;
+  friend bool operator==(const file_seal&, const file_seal&) = default;
+};
+/// The seal of the checkpoint file `path` (errc::io_error when it cannot be read; a file too
+/// short to hold a checksum gives checksum 0 — its reader refuses it anyway).
+inline file_seal seal_of(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail(errc::io_error, cat("checkpoint: cannot open ", path.string()));
+  file_seal seal;
+  seal.bytes = static_cast<std::uint64_t>(in.tellg());
+  if (seal.bytes >= sizeof seal.checksum) {
+    in.seekg(-static_cast<std::streamoff>(sizeof seal.checksum), std::ios::end);
+    in.read(reinterpret_cast<char*>(&seal.checksum), sizeof seal.checksum);
+    if (!in) fail(errc::io_error, cat("checkpoint: cannot read ", path.string()));
+  }
+  return seal;
+}
+
 /// Reads and validates a whole checkpoint (magic, version, every length, unique section names,
 /// checksum) on construction; a damaged file raises `errc::corrupt_data` naming the file and the
 /// problem.

@@ -42,6 +42,12 @@ struct checkpoint_meta {
   /// Every other file of the checkpoint (rows-*.ckpt, worker-*.ckpt), as written: resuming
   /// refuses a checkpoint where one is missing or an unlisted one is present.
   std::vector<std::string> files;
+  /// Each listed file's size and stored checksum (empty in checkpoints written before seals):
+  /// resuming refuses a file replaced by another (e.g. copied from another checkpoint).
+  std::vector<file_seal> seals;
+  /// The run that wrote it: drawn when a run starts fresh, kept by the runs that resume from
+  /// it (0: not recorded).
+  std::uint64_t run_id = 0;
 
   void write(const std::filesystem::path& file) const {
     checkpoint_writer out;
@@ -58,6 +64,17 @@ struct checkpoint_meta {
     for (const auto& name : files)
       list += name + "\n";
     out.add("meta/files", std::as_bytes(std::span(list)));
+    if (!seals.empty()) {
+      STRATA_EXPECTS(seals.size() == files.size(), "checkpoint_meta: ", seals.size(), " seals for ",
+                     files.size(), " files");
+      std::vector<std::uint64_t> flat;
+      for (const auto& s : seals) {
+        flat.push_back(s.bytes);
+        flat.push_back(s.checksum);
+      }
+      out.add_values<std::uint64_t>("meta/file_seals", flat);
+    }
+    out.add_value("meta/run_id", run_id);
     out.commit(file);
   }
 
@@ -88,6 +105,12 @@ struct checkpoint_meta {
         if (end > at) meta.files.push_back(list.substr(at, end - at));
       }
     }
+    if (in.has("meta/file_seals")) {
+      const auto flat = in.values<std::uint64_t>("meta/file_seals", 2 * meta.files.size());
+      for (std::size_t i = 0; i < meta.files.size(); ++i)
+        meta.seals.push_back({flat[2 * i], flat[2 * i + 1]});
+    }
+    if (in.has("meta/run_id")) meta.run_id = in.value<std::uint64_t>("meta/run_id");
     return meta;
   }
 
@@ -97,12 +120,23 @@ struct checkpoint_meta {
   void check_complete(const std::filesystem::path& dir) const {
     namespace fs = std::filesystem;
     if (files.empty()) return;  // written before checkpoints listed their files
-    for (const auto& name : files)
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      const auto& name = files[i];
       if (!fs::exists(dir / name))
         fail(errc::corrupt_data,
              cat("checkpoint ", dir.string(), " is incomplete: ", name,
                  " (listed in state.ckpt) is missing; resume from an older checkpoint (point "
                  "the checkpoint directory at its step-N folder)"));
+      if (i < seals.size()) {
+        const file_seal found = seal_of(dir / name);
+        if (found != seals[i])
+          fail(errc::corrupt_data,
+               cat("checkpoint ", dir.string(), ": ", name, " is not the file this checkpoint ",
+                   "wrote (", found.bytes, " bytes, checksum ", found.checksum, "; state.ckpt ",
+                   "recorded ", seals[i].bytes, " bytes, checksum ", seals[i].checksum,
+                   "): it was replaced or damaged; resume from an older checkpoint"));
+      }
+    }
     for (const auto& entry : fs::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
       const bool ours = name.rfind("rows-", 0) == 0 || name.rfind("worker-", 0) == 0;

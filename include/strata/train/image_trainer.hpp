@@ -334,25 +334,28 @@ class image_trainer {
         .strategy = "image_trainer",
         .tables = {},
         .files = checkpoint_files{.replica = true, .residuals = true, .workers = options_.workers}
-                     .names()};
+                     .names(),
+        .seals = {},
+        .run_id = 0};
   }
-  /// Worker 0 writes the run's identity and its replica (parameters with optimizer state, as
-  /// rows of dense_row); every worker its running statistics and compressor residual.
+  /// Worker 0 writes its replica (parameters with optimizer state, as rows of dense_row), every
+  /// worker its running statistics and compressor residual; rank 0 seals them with the run's
+  /// identity (run_checkpoints::write).
   template <comm::transport T>
   void write_checkpoint(const run_checkpoints& checkpoints, T& t, std::size_t step, Model& net,
                         const dense_path_type& dense) const {
-    checkpoints.write(t, step, [&](const std::filesystem::path& staged) {
-      if (t.rank() == 0) {
-        run_meta(step, net.parameters().size()).write(staged / checkpoint_files::identity());
-        row_records replica(1);
-        dense.save_rows(net.parameters(), 0, replica.adder());
-        replica.commit(staged / checkpoint_files::replica_file());
-      }
-      checkpoint_writer own;
-      own.add_values<float>("running_statistics", net.running_statistics());
-      dense.save_residual(own);
-      own.commit(staged / checkpoint_files::residual_file(t.rank()));
-    });
+    checkpoints.write(t, step, run_meta(step, net.parameters().size()),
+                      [&](const std::filesystem::path& staged) {
+                        if (t.rank() == 0) {
+                          row_records replica(1);
+                          dense.save_rows(net.parameters(), 0, replica.adder());
+                          replica.commit(staged / checkpoint_files::replica_file());
+                        }
+                        checkpoint_writer own;
+                        own.add_values<float>("running_statistics", net.running_statistics());
+                        dense.save_residual(own);
+                        own.commit(staged / checkpoint_files::residual_file(t.rank()));
+                      });
   }
   /// Loads the checkpoint to resume from into this worker (written by any worker count: the
   /// running statistics then come from worker 0's file and the compressor residual starts at

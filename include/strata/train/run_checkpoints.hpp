@@ -11,8 +11,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,17 +109,26 @@ class run_checkpoints {
   }
 
   /// Every rank writes its part of the checkpoint of `step`: rank 0 prepares step-N.tmp/, then
-  /// `write_part(staged_folder)` runs on every rank, then rank 0 publishes the folder, points
-  /// `latest` at it and removes all but the `keep` newest (barriers in between, so a
-  /// checkpoint is whole or absent).
+  /// `write_part(staged_folder)` runs on every rank; once all parts are there, rank 0 seals
+  /// them into `identity` (the run's meta, listing the files: their sizes and checksums and
+  /// this run's id are added) as state.ckpt, publishes the folder, points `latest` at it and
+  /// removes all but the `keep` newest (barriers in between, so a checkpoint is whole or
+  /// absent). `identity` is used on rank 0 only.
   template <comm::transport T, class WritePart>
-  void write(T& t, std::size_t step, WritePart&& write_part) const {
+  void write(T& t, std::size_t step, checkpoint_meta identity, WritePart&& write_part) const {
     const checkpoint_directory dir(dir_);
     if (t.rank() == 0) dir.prepare(step);
     comm::barrier(t);
     std::forward<WritePart>(write_part)(dir.staging(step));
     comm::barrier(t);
-    if (t.rank() == 0) dir.publish(step, keep);
+    if (t.rank() == 0) {
+      identity.seals.clear();
+      for (const auto& name : identity.files)
+        identity.seals.push_back(seal_of(dir.staging(step) / name));
+      identity.run_id = run_id_.load();
+      identity.write(dir.staging(step) / checkpoint_files::identity());
+      dir.publish(step, keep);
+    }
     last_step_.store(step);
     comm::barrier(t);
   }
@@ -149,8 +160,21 @@ class run_checkpoints {
   }
   /// Records that this run resumed at `saved`'s step (rank 0 logs it).
   void resumed(int rank, const std::filesystem::path& from, const checkpoint_meta& saved) const {
-    if (rank == 0) log_line(cat("resumed from ", from.string(), " at step ", saved.step));
+    if (saved.run_id != 0) run_id_.store(saved.run_id);
+    if (rank == 0)
+      log_line(cat("resumed from ", from.string(), " at step ", saved.step,
+                   saved.run_id != 0 ? cat(" (run ", hex_id(saved.run_id), ")") : std::string()));
     last_step_.store(static_cast<std::size_t>(saved.step));
+  }
+  /// The id this run's checkpoints record: drawn at construction, the resumed checkpoint's
+  /// after `resumed` (so a run and its continuations share one id).
+  [[nodiscard]] std::uint64_t run_id() const noexcept { return run_id_.load(); }
+  [[nodiscard]] static std::string hex_id(std::uint64_t id) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string text(16, '0');
+    for (int i = 15; i >= 0; --i, id >>= 4)
+      text[static_cast<std::size_t>(i)] = digits[id & 0xF];
+    return text;
   }
 
   /// Step of the newest checkpoint written or resumed from in this run (`none` if neither).
@@ -171,6 +195,14 @@ class run_checkpoints {
   std::size_t every_ = 0;
   bool resume_ = false;
   mutable std::atomic<std::size_t> last_step_{none};
+  /// Replaced by `resumed` (every rank of a process stores the same value).
+  mutable std::atomic<std::uint64_t> run_id_{fresh_id()};
+
+  static std::uint64_t fresh_id() {
+    std::random_device entropy;
+    const std::uint64_t id = (std::uint64_t{entropy()} << 32) ^ entropy();
+    return id == 0 ? 1 : id;
+  }
 };
 
 }  // namespace strata::train

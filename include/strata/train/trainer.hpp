@@ -710,17 +710,18 @@ class trainer {
             .dense_optimizer = dense_optimizer_type::name,
             .strategy = strategy_name,
             .tables = std::move(tables),
-            .files = files().names()};
+            .files = files().names(),
+            .seals = {},
+            .run_id = 0};
   }
 
-  /// What each rank holds, into the checkpoint of `step`: worker 0 the run's identity and its
-  /// replicas (dense rows, and the tables under ring_allreduce), each worker its residuals,
-  /// each server its stripe of rows.
+  /// What each rank holds, into the checkpoint of `step`: worker 0 its replicas (dense rows,
+  /// and the tables under ring_allreduce), each worker its residuals, each server its stripe
+  /// of rows; rank 0 then seals them with the run's identity (run_checkpoints::write).
   template <comm::transport T>
   void write_checkpoint(T& t, std::size_t step) const {
-    checkpoints_.write(t, step, [&](const std::filesystem::path& staged) {
+    checkpoints_.write(t, step, run_meta(step), [&](const std::filesystem::path& staged) {
       if (t.rank() == 0) {
-        run_meta(step).write(staged / checkpoint_files::identity());
         if constexpr (!traits::dense_on_ps) {
           const auto& me = *workers_[0];
           row_records replica(tables_.size() + 1);
