@@ -119,6 +119,9 @@ struct flags {
       "                                that holds checkpoints: continue them with --resume)\n"
       "  --resume-from CKPT              start from this checkpoint (a step-N folder: the way out\n"
       "                                of a damaged 'latest'), write new ones to --checkpoint-dir\n"
+      "  --trace FILE                    a timeline of every rank (Chrome/Perfetto JSON: open at\n"
+      "                                ui.perfetto.dev); under mpirun each rank writes\n"
+      "                                FILE's <stem>.rank<R><ext>\n"
       "  --no-divergence-guard           keep training through a non-finite loss or gradient\n"
       "  --on-divergence stop|skip       a non-finite step stops the run (default) or its batch\n"
       "                                  is dropped (zero gradients) and counted\n"
@@ -268,6 +271,8 @@ flags parse(int argc, char** argv) {
       f.options.resume = true;
     else if (a == "--resume-from")
       f.options.resume_from = value();
+    else if (a == "--trace")
+      f.options.trace_file = value();
     else if (a == "--link-gbps")  // 1 Mbit/s .. 10 Tbit/s
       link_gbps = real({1e-3, 1e4});
     else if (a == "--link-latency-us")  // up to 10 s

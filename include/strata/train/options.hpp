@@ -43,6 +43,11 @@ struct trainer_options {
   /// Start from this checkpoint (a step-N folder, or a checkpoint directory's `latest`) and
   /// write new checkpoints into checkpoint_dir — the way out of a damaged `latest`.
   std::filesystem::path resume_from{};
+  /// A timeline of the run as a Chrome / Perfetto trace (core/trace.hpp): per rank, spans of
+  /// each step's phases (data, pull, compute, allreduce, push), evaluations and checkpoints, and
+  /// a counter of the MiB it sent. Threads: one file; one process per rank (MPI): each rank
+  /// writes <stem>.rank<R><extension>. Empty: no trace.
+  std::filesystem::path trace_file{};
   double timeout_seconds = 300;              ///< transport timeout (a peer that stops answering)
   comm::link_model link{};                   ///< emulated network between ranks
   std::vector<double> send_delay_seconds{};  ///< per-rank straggler emulation

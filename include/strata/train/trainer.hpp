@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -52,6 +53,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/progress.hpp"
 #include "strata/core/timer.hpp"
+#include "strata/core/trace.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/data/sampler.hpp"
 #include "strata/embedding/concepts.hpp"
@@ -163,6 +165,7 @@ class trainer {
     }
     dense_layout_ = dense_rows(probe.parameters().size(), options_.dense_row);
     roles_ = make_layout();
+    traces_.resize(static_cast<std::size_t>(ranks()));
     STRATA_EXPECTS(local_rank_ < ranks(), "trainer: local rank ", local_rank_, " outside the ",
                    ranks(), " ranks of this configuration (", options_.workers, " workers",
                    on_ps ? cat(", ", options_.servers, " servers") : std::string(), ")");
@@ -199,6 +202,7 @@ class trainer {
     STRATA_EXPECTS(local_rank_ < 0, "trainer: built for rank ", local_rank_,
                    " of a multi-process world; call fit(transport, train, eval) on every process");
     check_data(train_set);
+    check_trace_file(-1);
     const auto lock = checkpoints_.claim();
     comm::thread_world world(ranks(), world_options_for(options_, ranks()));
     stopwatch clock;
@@ -213,6 +217,12 @@ class trainer {
     });
     train_report report = make_report(result, clock.seconds());
     split_traffic(world, servers_.stats(), report);
+    if (!options_.trace_file.empty()) {
+      std::vector<const trace_recorder*> tracks;
+      for (const auto& r : traces_)
+        tracks.push_back(r.get());
+      write_trace(trace_path(-1), tracks);
+    }
     report.embedding_checksum = embedding_checksum();
     return report;
   }
@@ -228,6 +238,7 @@ class trainer {
                    "configuration needs ", ranks(), " (", options_.workers, " workers",
                    on_ps ? cat(" + ", roles_->servers(), " servers") : std::string(), ")");
     check_data(train_set);
+    check_trace_file(t.rank());
     // The process of rank 0 (which publishes checkpoints) holds the directory's lock.
     const auto lock = t.rank() == 0 ? checkpoints_.claim() : std::nullopt;
     // Every rank (servers too) joins the split that gives the workers their own endpoint.
@@ -252,6 +263,10 @@ class trainer {
       t.send(0, checksum_tag, std::as_bytes(std::span(&partial, 1)));
     }
     report.embedding_checksum = partial;
+    if (!options_.trace_file.empty()) {
+      const trace_recorder* mine = traces_[static_cast<std::size_t>(t.rank())].get();
+      write_trace(trace_path(t.rank()), std::span(&mine, 1), t.rank());
+    }
     return report;
   }
 
@@ -341,6 +356,7 @@ class trainer {
   void run_rank(T& t, const data::ctr_dataset& train_set, const data::ctr_dataset* eval_set,
                 outcome& result) {
     const std::size_t total = total_steps(train_set);
+    start_trace(t.rank());
     std::size_t step = checkpoints_.resuming() ? load_checkpoint(t.rank()) : 0;
     // Every server holds its checkpointed rows before any worker pulls (in-process pulls read
     // the servers' rows directly, without waiting for a server to answer).
@@ -370,13 +386,52 @@ class trainer {
       }
       if (evaluated) result.evals.push_back(*evaluated);
       step = end;
-      if (checkpoints_.due(end, total)) write_checkpoint(t, step);
+      if (checkpoints_.due(end, total))
+        traced(t.rank(), "checkpoint", [&] { write_checkpoint(t, step); });
     }
     if (hosts_worker0) {
       result.steps = step;
       if (options_.progress && progress_)
         progress_->finish(cat("loss ", workers_[0]->metrics.mean_loss()));
     }
+  }
+
+  /// The rank's timeline recorder when tracing (trainer_options::trace_file); its worker's
+  /// phase timer records into it.
+  void start_trace(int rank) {
+    if (options_.trace_file.empty()) return;
+    const int servers = on_ps ? roles_->servers() : 0;
+    const bool serves = on_ps && roles_->is_server(rank);
+    std::string label = is_worker(rank) ? cat("worker ", rank) : std::string();
+    if (serves)
+      label += cat(label.empty() ? "" : " + ", "server ", roles_->server_index(rank), "/", servers);
+    auto& slot = traces_[static_cast<std::size_t>(rank)];
+    slot = std::make_unique<trace_recorder>(rank, label);
+    if (is_worker(rank))
+      workers_[static_cast<std::size_t>(rank)]->timer.trace_into(slot.get(), phase_names);
+  }
+  /// The trace file: trainer_options::trace_file for a threaded run (`rank` < 0), else rank
+  /// `rank`'s <stem>.rank<R><extension> beside it.
+  [[nodiscard]] std::filesystem::path trace_path(int rank) const {
+    const auto& f = options_.trace_file;
+    if (rank < 0) return f;
+    return f.parent_path() / cat(f.stem().string(), ".rank", rank, f.extension().string());
+  }
+  /// Refuses (errc::io_error) a trace file that cannot be written, before training.
+  void check_trace_file(int rank) const {
+    if (options_.trace_file.empty()) return;
+    const auto path = trace_path(rank);
+    if (!std::ofstream(path, std::ios::app))
+      fail(errc::io_error, cat("trainer: cannot write the trace file ", path.string(),
+                               "; does its directory exist and is it writable?"));
+  }
+  /// Runs `fn`, recorded as a span `name` on the rank's timeline when tracing.
+  template <class Fn>
+  void traced(int rank, const char* name, Fn&& fn) {
+    trace_recorder* trace = traces_[static_cast<std::size_t>(rank)].get();
+    const auto begin = trace_recorder::clock::now();
+    fn();
+    if (trace != nullptr) trace->span(name, begin, trace_recorder::clock::now());
   }
 
   [[nodiscard]] train_report make_report(const outcome& result, double seconds) const {
@@ -546,12 +601,15 @@ class trainer {
         me.timer.mark(data_phase);
         train_step(me, peers, *now, global, s, false, [] {});
       }
+      if (trace_recorder* trace = traces_[static_cast<std::size_t>(t.rank())].get())
+        trace->count("MiB sent", static_cast<double>(comm::total_bytes_sent(t)) / (1 << 20));
       if (w == 0 && options_.progress) {
         progress_->update(s + 1, cat("loss ", me.metrics.mean_loss(), "  sent ",
                                      comm::total_bytes_sent(t) >> 20, " MiB"));
       }
     }
-    if (evaluate && w == 0) evaluated = run_eval(me, *now, *eval_set, end);
+    if (evaluate && w == 0)
+      traced(t.rank(), "eval", [&] { evaluated = run_eval(me, *now, *eval_set, end); });
     if constexpr (traits::dense_on_ps) {
       if (w == 0) {  // worker 0's replica mirrors the servers' dense parameters
         const ps::table_pull dense = me.dense.pull_request();
@@ -809,6 +867,7 @@ class trainer {
   std::optional<ps::layout> roles_;
   std::optional<ps::shard_map> map_;
   std::vector<std::unique_ptr<worker_state>> workers_;
+  std::vector<std::unique_ptr<trace_recorder>> traces_;  ///< per rank, when tracing
   hosted_servers<server_type> servers_;  ///< PS strategies: the server ranks of this process
   std::unique_ptr<progress> progress_;
   int local_rank_ = -1;
