@@ -335,6 +335,12 @@ flags parse(int argc, char** argv) {
          cat("--resume-from ", f.options.resume_from.string(),
              " is not a checkpoint (no state.ckpt) nor a checkpoint directory (no latest)"));
   if (!f.options.checkpoint_dir.empty()) check_checkpoint_dir(f.options.checkpoint_dir);
+  if (!f.options.trace_file.empty()) {  // before any data: a trace lost at the end costs a run
+    const auto dir = f.options.trace_file.parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir))
+      fail(errc::io_error, cat("--trace ", f.options.trace_file.string(), ": the directory ",
+                               dir.string(), " does not exist; create it or name another file"));
+  }
   STRATA_EXPECTS(f.gpu < 0 || f.export_dir.empty(),
                  "--export with --gpu: write a checkpoint (--checkpoint-dir) and export it with "
                  "strata_export");

@@ -31,6 +31,7 @@ set(cases
   "1|--strategy allreduce is always synchronous|--strategy|allreduce|--consistency|async|${nodata}"
   "1|exists and is not a directory|--checkpoint-dir|${WORK}/a-file|${nodata}"
   "1|--resume needs --checkpoint-dir|--resume|${nodata}"
+  "1|the directory ${WORK}/no-such-dir does not exist|--trace|${WORK}/no-such-dir/t.json|${nodata}"
   "1|unknown flag '--worker'|--worker|2"
   "1|--export-precision: 'int4' is not accepted~ accepted: fp32, fp16, int8|--export|${WORK}/bundle|--export-precision|int4|${nodata}"
   "1|--export-precision needs --export DIR|--export-precision|fp16|${nodata}"
