@@ -77,6 +77,8 @@ TEST_CASE("write_trace writes the trace event format: tracks, spans, counters, e
     small.span("pull", t0, t0);
   CHECK(small.events().size() == 2);
   CHECK(small.dropped() == 3);
+  CHECK_THROWS_WITH(trace_recorder(5, "none", 0), Catch::Contains("capacity must be positive"));
+  CHECK(hex16(0x1234) == "0000000000001234");  // the run id's form in the resume line
   const std::vector<const trace_recorder*> tracks = {&a, &b, &small};
   write_trace(tmp.path / "t.json", tracks);
 

@@ -2,6 +2,8 @@
 /// strata's one exception type, its error codes and the precondition check used on user input.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -77,6 +79,15 @@ std::string cat(const Parts&... parts) {
     (out << ... << parts);
     return out.str();
   }
+}
+
+/// `value` as 16 lowercase hex digits (checksums, fingerprints, run ids in messages).
+inline std::string hex16(std::uint64_t value) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text(16, '0');
+  for (std::size_t i = 16; i-- > 0; value >>= 4)
+    text[i] = digits[value & 0xF];
+  return text;
 }
 
 /// Throws `strata::error(code, message)`.

@@ -383,11 +383,7 @@ struct bundle_manifest {
   }
 
   /// 16 hex digits.
-  [[nodiscard]] static std::string hex(std::uint64_t v) {
-    char text[17];
-    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-    return text;
-  }
+  [[nodiscard]] static std::string hex(std::uint64_t v) { return hex16(v); }
   [[nodiscard]] static std::uint64_t text_checksum(std::string_view text) {
     train::detail::checksum64 sum;
     sum.update(std::as_bytes(std::span(text.data(), text.size())));

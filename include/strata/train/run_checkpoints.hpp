@@ -163,19 +163,12 @@ class run_checkpoints {
     if (saved.run_id != 0) run_id_.store(saved.run_id);
     if (rank == 0)
       log_line(cat("resumed from ", from.string(), " at step ", saved.step,
-                   saved.run_id != 0 ? cat(" (run ", hex_id(saved.run_id), ")") : std::string()));
+                   saved.run_id != 0 ? cat(" (run ", hex16(saved.run_id), ")") : std::string()));
     last_step_.store(static_cast<std::size_t>(saved.step));
   }
   /// The id this run's checkpoints record: drawn at construction, the resumed checkpoint's
   /// after `resumed` (so a run and its continuations share one id).
   [[nodiscard]] std::uint64_t run_id() const noexcept { return run_id_.load(); }
-  [[nodiscard]] static std::string hex_id(std::uint64_t id) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string text(16, '0');
-    for (int i = 15; i >= 0; --i, id >>= 4)
-      text[static_cast<std::size_t>(i)] = digits[id & 0xF];
-    return text;
-  }
 
   /// Step of the newest checkpoint written or resumed from in this run (`none` if neither).
   [[nodiscard]] std::size_t last_step() const noexcept { return last_step_.load(); }
