@@ -8,7 +8,8 @@ dense: float32 [N, 13], sparse: int64 [N, 26], expected: the predictor's probabi
 [N] (little-endian, row-major). Verifies first (every probability within 1e-5 of the
 predictor's), then prints one JSON object per line on stdout:
   {"peer": "onnxruntime", "version": V, "max_abs_diff": D}
-  {"batch": B, "p50_us": ..., "p99_us": ..., "calls": n}     latency, one caller, 2 intra-op threads
+  {"batch": B, "intra_threads": T, "p50_us": ..., "p99_us": ..., "calls": n}
+                                   latency of one caller, for T = 1 and 2 intra-op threads
   {"throughput_batch": B, "threads": 2, "samples_per_s": S}  2 callers, 1 intra-op thread each
 Latencies are wall times of InferenceSession.run (the Python call included, a few microseconds),
 inputs prepared beforehand. Exit 3 when onnxruntime cannot be imported, 1 when the check fails.
@@ -55,8 +56,8 @@ def main():
     dense = np.fromfile(a.dense, dtype="<f4").reshape(n, -1)
     sparse = np.fromfile(a.sparse, dtype="<i8").reshape(n, -1)
 
-    latency = session(a.model, 2)
-    (got,) = latency.run(["probability"], {"dense": dense, "sparse": sparse})
+    check = session(a.model, 2)
+    (got,) = check.run(["probability"], {"dense": dense, "sparse": sparse})
     diff = float(np.max(np.abs(got[:, 0].astype(np.float64) - expected)))
     print(json.dumps({"peer": "onnxruntime", "version": ort.__version__, "max_abs_diff": diff}),
           flush=True)
@@ -64,19 +65,23 @@ def main():
         print(f"serve_ort.py: onnxruntime differs from the predictor by {diff}", file=sys.stderr)
         return 1
 
-    for b in (int(x) for x in a.batches.split(",")):
-        feed = {"dense": np.ascontiguousarray(dense[:b]), "sparse": np.ascontiguousarray(sparse[:b])}
-        for _ in range(20):  # warm-up
-            latency.run(["probability"], feed)
-        times = []
-        start = time.perf_counter()
-        while time.perf_counter() - start < a.seconds or len(times) < 50:
-            t0 = time.perf_counter_ns()
-            latency.run(["probability"], feed)
-            times.append((time.perf_counter_ns() - t0) / 1e3)
-        times.sort()
-        print(json.dumps({"batch": b, "p50_us": percentile(times, 0.50),
-                          "p99_us": percentile(times, 0.99), "calls": len(times)}), flush=True)
+    for intra_threads in (1, 2):
+        latency = session(a.model, intra_threads)
+        for b in (int(x) for x in a.batches.split(",")):
+            feed = {"dense": np.ascontiguousarray(dense[:b]),
+                    "sparse": np.ascontiguousarray(sparse[:b])}
+            for _ in range(20):  # warm-up
+                latency.run(["probability"], feed)
+            times = []
+            start = time.perf_counter()
+            while time.perf_counter() - start < a.seconds or len(times) < 50:
+                t0 = time.perf_counter_ns()
+                latency.run(["probability"], feed)
+                times.append((time.perf_counter_ns() - t0) / 1e3)
+            times.sort()
+            print(json.dumps({"batch": b, "intra_threads": intra_threads,
+                              "p50_us": percentile(times, 0.50), "p99_us": percentile(times, 0.99),
+                              "calls": len(times)}), flush=True)
 
     shared = session(a.model, 1)
     b = a.throughput_batch
