@@ -5,7 +5,7 @@ Usage: onnx_parity.py CASES   (written by serve_onnx_parity_data; see tests/serv
 Each line of CASES names a bundle, its exported model.onnx, a batch size and three files: the
 inputs (dense float32 [B, 13], sparse int64 [B, 26]) and the predictor's probabilities
 (float32 [B]). For every case the model runs on onnxruntime's CPU provider and every probability
-must be within 1e-5 of the predictor's. Per model, keys the predictor refuses (a key = the
+must be within 1e-5 of the predictor's. Per model, an empty batch gives [0, 1], and keys the predictor refuses (a key = the
 table's rows, a negative key) must make onnxruntime refuse the call too (an out-of-bounds
 Gather index). Prints the largest
 difference per case; exits 0 when every check holds, 1 otherwise.
@@ -57,6 +57,11 @@ def main(cases_path):
         if model in refused_checked:
             continue
         refused_checked.add(model)
+        (empty,) = s.run(["probability"], {"dense": dense[:0], "sparse": sparse[:0]})
+        ok_empty = empty.shape == (0, 1)
+        print(f"{name:16s} batch    0: output {empty.shape} {'ok' if ok_empty else 'FAIL'}")
+        if not ok_empty:
+            failures.append(f"{name} batch 0")
         for bad, what in ((rows, "a key equal to the table's rows"), (-1, "a negative key")):
             keys = sparse.copy()
             keys[0, 0] = bad

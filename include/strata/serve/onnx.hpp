@@ -324,6 +324,8 @@ inline std::string logit(onnx_graph_builder& g, const models::dlrm::config& c,
 inline std::string logit(onnx_graph_builder& g, const models::wide_deep::config& c,
                          const std::string& dense_input, const std::vector<std::string>& rows,
                          const nn::parameter_set& blocks, std::span<const float> dense) {
+  static_assert(models::wide_deep::wide_tables_first == 0,
+                "the deep rows are taken as the tables after the wide ones");
   const std::size_t f_count = c.sparse_features;
   const auto first_wide = static_cast<std::ptrdiff_t>(models::wide_deep::wide_tables_first);
   std::vector<std::string> wide = {
