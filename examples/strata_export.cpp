@@ -1,8 +1,11 @@
 // strata_export: writes an inference bundle (serve/bundle.hpp) from a training checkpoint of
-// any strategy and world size, and with --eval prints what the chosen precision costs in AUC.
+// any strategy and world size, and with --eval prints what the chosen precision costs in AUC;
+// with --onnx also the ONNX model of the bundle (serve/onnx.hpp), or of an existing bundle.
 //
 //   strata_export ckpt bundle                              # fp32 tables
 //   strata_export ckpt bundle --precision int8 --eval eval.tsv
+//   strata_export ckpt bundle --onnx model.onnx            # bundle + ONNX (tables beside it)
+//   strata_export bundle --onnx model.onnx                 # ONNX of an existing bundle
 //
 // The checkpoint records its tables and dense size but not the MLPs' shape: by default the
 // model is ctr_train's (DLRM or Wide & Deep from the table names; the Criteo Kaggle MLPs or
@@ -25,6 +28,7 @@
 #include "strata/models/dlrm.hpp"
 #include "strata/models/wide_deep.hpp"
 #include "strata/serve.hpp"
+#include "strata/serve/onnx.hpp"
 #include "strata/train/checkpoint_dir.hpp"
 #include "strata/train/checkpoint_rows.hpp"
 #include "strata/train/evaluation.hpp"
@@ -34,7 +38,8 @@ namespace {
 using namespace strata;
 
 struct flags {
-  std::filesystem::path checkpoint, bundle, eval;
+  std::filesystem::path checkpoint, bundle, eval, onnx;
+  bool bundle_only = false;  ///< one positional: an existing bundle, exported to --onnx
   serve::precision rows = serve::precision::fp32;
   std::string model;  ///< empty: from the checkpoint's table names
   std::size_t dense_features = 13;
@@ -46,8 +51,13 @@ struct flags {
 [[noreturn]] void usage(int code) {
   std::printf(
       "usage: strata_export CHECKPOINT_DIR BUNDLE_DIR [flags]\n"
+      "       strata_export BUNDLE_DIR --onnx FILE.onnx [--overwrite]\n"
       "  CHECKPOINT_DIR                a checkpoint (step-N folder) or a checkpoint directory\n"
       "                                (its 'latest'), written by any strategy and world size\n"
+      "  --onnx FILE.onnx              also write the bundle's ONNX model (dense float\n"
+      "                                [batch,13] + sparse int64 [batch,26] -> probability\n"
+      "                                [batch,1]; tables as FILE.table-NNN.f32 beside it, fp32);\n"
+      "                                needs a build with libonnx-dev (target strata::onnx)\n"
       "  --precision fp32|fp16|int8    embedding rows in the bundle (int8: row-wise, scale +\n"
       "                                bias per row as FBGEMM's fused 8-bit tables)\n"
       "  --eval FILE.tsv               also print the eval AUC of fp32 and of --precision\n"
@@ -59,7 +69,7 @@ struct flags {
       "  --deep-mlp A,B,..             Wide & Deep's deep layers (default: ctr_train's)\n"
       "  --hash-seed S                 feature hashing seed (default: the run's seed, as\n"
       "                                ctr_train hashes its data)\n"
-      "  --overwrite                   replace an existing BUNDLE_DIR\n");
+      "  --overwrite                   replace an existing BUNDLE_DIR (and ONNX files)\n");
   std::exit(code);
 }
 
@@ -77,6 +87,7 @@ std::vector<std::size_t> parse_sizes(std::string_view flag, const std::string& t
 flags parse(int argc, char** argv) {
   flags f;
   std::vector<std::string> positional;
+  std::vector<std::string> checkpoint_flags;  // given flags that only a checkpoint export uses
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const auto value = [&]() -> std::string {
@@ -84,8 +95,12 @@ flags parse(int argc, char** argv) {
         fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
       return argv[++i];
     };
+    if (a.starts_with("--") && a != "--onnx" && a != "--overwrite" && a != "--help")
+      checkpoint_flags.emplace_back(a);
     if (a == "--help" || a == "-h")
       usage(0);
+    else if (a == "--onnx")
+      f.onnx = value();
     else if (a == "--precision")
       f.rows = *serve::parse_precision(cli::parse_name(a, value(), {"fp32", "fp16", "int8"}));
     else if (a == "--eval")
@@ -109,9 +124,27 @@ flags parse(int argc, char** argv) {
     else
       positional.emplace_back(a);
   }
+  if (!f.onnx.empty() && !serve::onnx_available)
+    serve::detail::onnx_unavailable("strata_export --onnx");  // before anything is written
+  if (positional.size() == 1 && !f.onnx.empty()) {            // an existing bundle, to ONNX
+    f.bundle = positional[0];
+    f.bundle_only = true;
+    if (!std::filesystem::exists(f.bundle / "manifest.txt"))
+      fail(errc::invalid_argument,
+           cat(f.bundle.string(),
+               " is not an inference bundle (no manifest.txt); export a checkpoint with "
+               "strata_export CHECKPOINT_DIR BUNDLE_DIR --onnx FILE"));
+    if (!checkpoint_flags.empty())
+      fail(errc::invalid_argument,
+           cat(checkpoint_flags.front(),
+               " applies to a checkpoint export; an existing bundle goes to ONNX as it is "
+               "(strata_export BUNDLE_DIR --onnx FILE [--overwrite])"));
+    return f;
+  }
   if (positional.size() != 2)
-    fail(errc::invalid_argument, cat("strata_export needs CHECKPOINT_DIR and BUNDLE_DIR (got ",
-                                     positional.size(), " names); see --help"));
+    fail(errc::invalid_argument,
+         cat("strata_export needs CHECKPOINT_DIR and BUNDLE_DIR (got ", positional.size(),
+             " names), or BUNDLE_DIR with --onnx FILE; see --help"));
   f.checkpoint = positional[0];
   f.bundle = positional[1];
   if (!f.eval.empty() && !std::filesystem::exists(f.eval))
@@ -178,8 +211,18 @@ void evaluate(const flags& f, const std::filesystem::path& fp32_bundle) {
       sa.logloss, name.c_str(), sb.logloss);
 }
 
+/// Writes f.onnx from bundle f.bundle and says what it wrote.
+void export_onnx(const flags& f) {
+  const auto r = serve::export_onnx(f.bundle, f.onnx, {.overwrite = f.overwrite});
+  std::printf("onnx %s: %zu nodes, %llu bytes + %zu fp32 table files (%llu bytes) beside it\n",
+              r.model.string().c_str(), r.nodes, static_cast<unsigned long long>(r.model_bytes),
+              r.data_files.size(), static_cast<unsigned long long>(r.data_bytes));
+}
+
 template <class Model>
 void run(const flags& f, const typename Model::config& config) {
+  if (!f.onnx.empty())  // refuse an existing ONNX file before the bundle is written
+    serve::detail::check_onnx_target(f.onnx, Model(config).tables().size(), f.overwrite);
   serve::export_options options;
   options.rows = f.rows;
   options.hash_seed = f.hash_seed;
@@ -192,6 +235,7 @@ void run(const flags& f, const typename Model::config& config) {
       std::string(serve::to_string(f.rows)).c_str(), static_cast<unsigned long long>(r.step),
       static_cast<unsigned long long>(r.bytes), r.rows_written, r.rows_initialised,
       serve::bundle_manifest::hex(r.fingerprint).c_str());
+  if (!f.onnx.empty()) export_onnx(f);
   if (f.eval.empty()) return;
   if (f.rows == serve::precision::fp32) return evaluate<Model>(f, f.bundle);
   // The fp32 reference, exported beside the bundle and removed afterwards.
@@ -214,6 +258,10 @@ void run(const flags& f, const typename Model::config& config) {
 int main(int argc, char** argv) {
   try {
     const flags f = parse(argc, argv);
+    if (f.bundle_only) {
+      export_onnx(f);
+      return 0;
+    }
     const auto dir = train::checkpoint_directory(f.checkpoint).latest();
     const auto meta = train::checkpoint_meta::read(dir / "state.ckpt");
     const auto tables = tables_of(meta);

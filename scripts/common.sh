@@ -1,7 +1,10 @@
 # Shared by scripts/test.sh and scripts/demo.sh: installs the Debian packages strata needs.
 # shellcheck shell=bash
 
-strata_packages=(g++ cmake ninja-build libtbb-dev catch2 libeigen3-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libblas-dev libopenblas0-pthread)
+# libonnx-dev + libprotobuf-dev: strata::onnx (ONNX export, serve/onnx.hpp); python3-venv: the
+# onnxruntime environment of the ONNX parity test and bench_serve (bench/peers/ort_venv.sh).
+strata_packages=(g++ cmake ninja-build libtbb-dev catch2 libeigen3-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libblas-dev libopenblas0-pthread
+                 libonnx-dev libprotobuf-dev python3-venv)
 
 strata_install_packages() {
   local missing=()

@@ -23,4 +23,5 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 cmake -S "$root/tests/cmake" -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$build/consumer" >/dev/null
 "$build/consumer/strata_consumer"
+if [ -x "$build/consumer/strata_onnx_consumer" ]; then "$build/consumer/strata_onnx_consumer"; fi
 echo "strata: all tests passed"

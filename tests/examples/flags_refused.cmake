@@ -2,7 +2,7 @@
 # with a message naming the flag, the value and what is accepted (issue 15's probes). Each case
 # is "expected exit code|expected text|flag|flag..." ('|' separates everything: a ';' would split
 # the case itself into list elements; '~' in the expected text stands for ';'). Run by ctest with
-# -DCTR_TRAIN=... -DRESNET_TRAIN=... -DWORK=<scratch dir>.
+# -DCTR_TRAIN=... -DRESNET_TRAIN=... -DSTRATA_EXPORT=... -DHAS_ONNX=ON|OFF -DWORK=<scratch dir>.
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 file(WRITE "${WORK}/a-file" "not a directory")
@@ -94,7 +94,32 @@ if(STRATA_EXPORT)
     "1|already exists and is not empty|${e2e}/ckpt|${e2e}/int8"
     "1|--top-mlp: '0' is out of range|${e2e}/ckpt|${e2e}/x|--top-mlp|0"
     "1|the dlrm shapes tried have|${e2e}/ckpt|${e2e}/x|--top-mlp|32,1"
-    "1|unknown flag '--precison'|--precison|fp16")
+    "1|unknown flag '--precison'|--precison|fp16"
+    "1|flag --onnx needs a value|${e2e}/int8|--onnx"
+    "1|or BUNDLE_DIR with --onnx FILE|${e2e}/int8")
+  # --onnx: the bundle's ONNX model (strata::onnx builds), or the sentence naming the packages.
+  if(HAS_ONNX)
+    execute_process(COMMAND "${STRATA_EXPORT}" "${e2e}/ckpt" "${e2e}/with-onnx" --onnx
+                            "${e2e}/onnx/m.onnx"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+    string(FIND "${out}${err}" "26 fp32 table files" at)
+    if(NOT rc EQUAL 0 OR at EQUAL -1 OR NOT EXISTS "${e2e}/onnx/m.table-025.f32")
+      message(FATAL_ERROR "strata_export --onnx: exit ${rc}\n${out}${err}")
+    endif()
+    execute_process(COMMAND "${STRATA_EXPORT}" "${e2e}/int8" --onnx "${e2e}/onnx/int8.onnx"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+    if(NOT rc EQUAL 0 OR NOT EXISTS "${e2e}/onnx/int8.onnx")
+      message(FATAL_ERROR "strata_export BUNDLE --onnx: exit ${rc}\n${out}${err}")
+    endif()
+    list(APPEND export_cases
+      "1|m.table-000.f32 already exists~ choose another model name|${e2e}/int8|--onnx|${e2e}/onnx/m.onnx"
+      "1|already exists~ choose another model name|${e2e}/ckpt|${e2e}/new|--onnx|${e2e}/onnx/m.onnx"
+      "1|--precision applies to a checkpoint export|${e2e}/int8|--onnx|${e2e}/x.onnx|--precision|fp16"
+      "1|is not an inference bundle (no manifest.txt)|${e2e}/ckpt|--onnx|${e2e}/x.onnx")
+  else()
+    list(APPEND export_cases
+      "1|built without ONNX export~ install ONNX and protobuf (Debian: apt-get install libonnx-dev libprotobuf-dev)|${e2e}/int8|--onnx|${e2e}/x.onnx")
+  endif()
   foreach(case IN LISTS export_cases)
     string(REPLACE "|" ";" parts "${case}")
     list(POP_FRONT parts want_rc want_text)
@@ -107,6 +132,9 @@ if(STRATA_EXPORT)
                           "  ${want_text}\ngot:\n${out}${err}")
     endif()
   endforeach()
+  if(EXISTS "${e2e}/new")
+    message(FATAL_ERROR "strata_export CHECKPOINT new --onnx EXISTING wrote the bundle before refusing")
+  endif()
 endif()
 
 set(resnet_cases

@@ -23,111 +23,16 @@
 #include "strata/train/evaluation.hpp"
 #include "strata/train/trainer.hpp"
 #include "support/catch_error.hpp"
+#include "support/serve_fixtures.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace strata;
 using strata_test::catch_error;
 using strata_test::contains;
 using strata_test::temp_dir;
+using namespace strata_test::serving;
 
 namespace {
-
-constexpr std::uint64_t seed = 11;
-constexpr std::uint64_t table_rows = 64;
-constexpr std::size_t batch = 32;  // per worker: the trainer evaluates in batches of this
-
-/// Criteo-format data written as TSV and read back as training reads it (ctr_train's hashing:
-/// hash seed = the run's seed). The first `train_rows` lines train, the rest are held out.
-struct criteo_data {
-  static constexpr std::size_t train_rows = 3000, eval_rows = 1000;
-  temp_dir dir{"serve_data"};
-  data::ctr_dataset train, eval;
-  std::vector<std::string> eval_lines;
-
-  criteo_data() {
-    const auto path = dir.path / "data.tsv";
-    data::synthetic_criteo gen;
-    gen.rows = train_rows + eval_rows;
-    gen.seed = seed;
-    gen.distinct_ids = {40};
-    data::write_synthetic_criteo(path, gen);
-    const auto all = data::load_criteo(path, {.table_rows = {table_rows}, .hash_seed = seed});
-    std::vector<std::size_t> first(train_rows), rest(eval_rows);
-    std::iota(first.begin(), first.end(), std::size_t{0});
-    std::iota(rest.begin(), rest.end(), train_rows);
-    train.append(all.gather(first));
-    eval.append(all.gather(rest));
-    std::ifstream in(path);
-    std::string line;
-    for (std::size_t i = 0; std::getline(in, line); ++i)
-      if (i >= train_rows) eval_lines.push_back(line);
-  }
-};
-
-const criteo_data& shared_data() {
-  static const criteo_data d;
-  return d;
-}
-
-models::dlrm::config dlrm_config() {
-  models::dlrm::config c;
-  c.embedding_dim = 4;
-  c.table_rows = {table_rows};
-  c.bottom_mlp = {8, 4};
-  c.top_mlp = {8, 1};
-  return c;
-}
-
-models::wide_deep::config wide_deep_config() {
-  models::wide_deep::config c;
-  c.deep_dim = 4;
-  c.table_rows = {table_rows};
-  c.deep_mlp = {8, 1};
-  return c;
-}
-
-train::trainer_options options(const std::filesystem::path& checkpoints, int servers) {
-  train::trainer_options o;
-  o.workers = 2;
-  o.servers = servers;
-  o.batch = batch;
-  o.max_steps = 40;
-  o.seed = seed;
-  o.dense_row = 16;
-  o.progress = false;
-  o.timeout_seconds = 30;
-  o.checkpoint_dir = checkpoints;
-  o.checkpoint_every = 40;  // the final state
-  return o;
-}
-
-using ps_dlrm = train::trainer<models::dlrm, embedding::sharded<optim::adagrad>,
-                               train::parameter_server<ps::sync>>;
-using allreduce_dlrm =
-    train::trainer<models::dlrm, embedding::local<optim::adagrad>, comm::ring_allreduce>;
-using allreduce_wide_deep =
-    train::trainer<models::wide_deep, embedding::local<optim::adagrad>, comm::ring_allreduce>;
-
-/// The predictor's logits (or probabilities) for a data set, in batches of `per_call`.
-template <class Model>
-std::vector<float> run(const serve::predictor<Model>& p, const data::ctr_dataset& set,
-                       std::size_t per_call, bool logits = true) {
-  std::vector<float> out(set.size());
-  data::ctr_batch b;
-  std::vector<std::size_t> idx;
-  for (std::size_t first = 0; first < set.size(); first += per_call) {
-    const std::size_t n = std::min(per_call, set.size() - first);
-    idx.resize(n);
-    std::iota(idx.begin(), idx.end(), first);
-    set.gather(idx, b);
-    const std::span<float> into(out.data() + first, n);
-    if (logits)
-      p.predict_logits(b.dense.view(), b.keys.view(), into);
-    else
-      p.predict(b.dense.view(), b.keys.view(), into);
-  }
-  return out;
-}
 
 /// Reference logits from the trainer's in-memory state (not the checkpoint): a fresh model with
 /// the trainer's dense parameters, fed every table in full — DLRM's initial rows (±sqrt(1/rows)

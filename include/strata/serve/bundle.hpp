@@ -522,19 +522,25 @@ struct export_report {
 namespace detail {
 
 /// A file created at a fixed size and mapped writable (RAII: unmapped and closed on scope exit).
+/// `who` starts its error messages ("bundle export").
 class writable_map {
  public:
-  writable_map(const std::filesystem::path& path, std::size_t bytes) : path_(path), bytes_(bytes) {
+  writable_map(const std::filesystem::path& path, std::size_t bytes,
+               std::string_view who = "bundle export")
+      : path_(path), who_(who), bytes_(bytes) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
-      fail(errc::io_error, cat("bundle export: cannot create ", path.string(), " of ", bytes,
-                               " bytes (", std::strerror(errno), "); is the disk full?"));
+    if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
+      const int err = errno;
+      if (fd_ >= 0) ::close(fd_);
+      fail(errc::io_error, cat(who, ": cannot create ", path.string(), " of ", bytes, " bytes (",
+                               std::strerror(err), "); is the disk full?"));
+    }
     if (bytes > 0) {
       void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
       if (p == MAP_FAILED) {
+        const int err = errno;
         ::close(fd_);
-        fail(errc::io_error,
-             cat("bundle export: cannot map ", path.string(), ": ", std::strerror(errno)));
+        fail(errc::io_error, cat(who, ": cannot map ", path.string(), ": ", std::strerror(err)));
       }
       data_ = static_cast<std::byte*>(p);
     }
@@ -550,11 +556,12 @@ class writable_map {
   void sync() const {
     if ((data_ != nullptr && ::msync(data_, bytes_, MS_SYNC) != 0) || ::fsync(fd_) != 0)
       fail(errc::io_error,
-           cat("bundle export: writing ", path_.string(), " failed: ", std::strerror(errno)));
+           cat(who_, ": writing ", path_.string(), " failed: ", std::strerror(errno)));
   }
 
  private:
   std::filesystem::path path_;
+  std::string who_;
   std::size_t bytes_ = 0;
   int fd_ = -1;
   std::byte* data_ = nullptr;

@@ -181,6 +181,12 @@ class predictor {
   [[nodiscard]] std::size_t sparse_features() const noexcept { return sparse_features_; }
   /// The dense parameters, as the bundle holds them.
   [[nodiscard]] std::span<const float> dense_parameters() const noexcept { return dense_; }
+  /// Table t's encoded rows as mapped: manifest().tables[t].rows rows of row_bytes bytes in
+  /// manifest().rows_precision (decode_row reads one). Valid while the predictor lives.
+  [[nodiscard]] std::span<const std::byte> table_bytes(std::size_t t) const {
+    STRATA_EXPECTS(t < tables_.size(), "predictor::table_bytes: table ", t, " of ", tables_.size());
+    return tables_[t].bytes();
+  }
 
   /// Logits of `batch` samples: `dense` (batch × dense_features(), transformed as in training,
   /// e.g. data::criteo_dense_value) and `keys` (batch × sparse_features(), hashed keys: key of
