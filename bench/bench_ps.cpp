@@ -5,6 +5,7 @@
 /// Rows/s = workers × rounds × batch / seconds (rows as requested by the batch, duplicates
 /// included). Keys are Zipf(1.05) over a 100 000-row table, so de-duplication matters.
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -61,6 +62,9 @@ std::pair<double, double> run_ps(const config& cfg, int rounds,
   std::vector<double> pull_s(static_cast<std::size_t>(cfg.workers)),
       push_s(static_cast<std::size_t>(cfg.workers));
   const embedding::uniform_init init{};
+  // No worker pushes before every worker has verified its first pull (async: a push is applied
+  // on arrival, so another worker's early push would change the rows being checked).
+  std::barrier verified(cfg.workers);
   world.run([&](comm::thread_transport& t) {
     if (map.roles().is_server(t.rank())) {
       ps::server<optim::sgd, ps::async> server(map, map.roles().server_index(t.rank()), {},
@@ -72,11 +76,20 @@ std::pair<double, double> run_ps(const config& cfg, int rounds,
     ps::client<ps::async> c(t, map);
     matrix<float> rows(batch, cfg.dim);
     // Verify before timing: every pulled row is the table's initial row.
-    c.pull(0, keys[w], rows);
-    for (std::size_t i = 0; i < batch; i += 97)
-      for (std::size_t j = 0; j < cfg.dim; ++j)
-        if (rows(i, j) != init.value(0, keys[w][i], j, cfg.dim))
-          fail(errc::internal, cat("bench_ps: pulled row of key ", keys[w][i], " is wrong"));
+    std::uint64_t wrong = vocab;  // a key whose pulled row is wrong (vocab: none)
+    std::exception_ptr failed;
+    try {
+      c.pull(0, keys[w], rows);
+      for (std::size_t i = 0; i < batch && wrong == vocab; i += 97)
+        for (std::size_t j = 0; j < cfg.dim; ++j)
+          if (rows(i, j) != init.value(0, keys[w][i], j, cfg.dim)) wrong = keys[w][i];
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    verified.arrive_and_wait();  // before failing, so no other worker waits for this one
+    if (failed) std::rethrow_exception(failed);
+    if (wrong != vocab)
+      fail(errc::internal, cat("bench_ps: pulled row of key ", wrong, " is wrong"));
     stopwatch watch;
     for (int r = 0; r < rounds; ++r)
       c.pull(0, keys[w], rows);
