@@ -26,6 +26,8 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/compress/per_path.hpp"
+#include "strata/compress/topk.hpp"
 #include "strata/core/cli.hpp"
 #include "strata/data/criteo.hpp"
 #include "strata/data/synthetic.hpp"
@@ -80,6 +82,10 @@ struct flags {
   std::size_t global_batch = 256;  ///< --batch: samples per step over all workers
   bool skip_bad_lines = false;
   bool tiny = false;
+  /// --bottom-mlp / --top-mlp: hidden widths of the MLPs (empty = the model's default); the
+  /// last layers (DLRM's bottom: --dim, top and Wide & Deep's deep MLP: 1) are added.
+  std::vector<std::size_t> bottom_mlp, top_mlp;
+  std::vector<std::pair<int, double>> stragglers;  ///< --straggler W:F
   int gpu = -1;             ///< CUDA device of every worker's DLRM (-1: the CPU model)
   std::string report_json;  ///< --report-json PATH: the final table as JSON (for bench_ctr)
   std::filesystem::path export_dir;  ///< --export DIR: an inference bundle of the final model
@@ -102,8 +108,12 @@ struct flags {
       "                                for the deep MLP)\n"
       "  --strategy auto|allreduce|ps|hybrid   how embeddings and dense parameters travel\n"
       "  --consistency sync|async|bounded      PS update consistency (bounded = bounded<2>)\n"
-      "  --compressor none|fp16|int8   dense gradients / PS pushes on the wire (int8: with error "
-      "feedback)\n"
+      "  --compressor none|fp16|int8|topk   dense gradients / PS pushes on the wire (int8: "
+      "256-value\n"
+      "                                blocks with error feedback; topk: the dense allreduce\n"
+      "                                keeps the largest 1%% with error feedback, hybrid's\n"
+      "                                pushes int8; not with --strategy ps)\n"
+      "  --fp16-pulls                    PS pulls travel as fp16 (rows and dense parameters)\n"
       "  --workers N --servers S (0 = co-located) --server-threads T\n"
       "  --batch B (global: split evenly over the workers)\n"
       "  --lr LR (tables; dlrm 0.02, wide_deep 0.05) --dense-lr LR (MLPs; dlrm 0.01, wide_deep\n"
@@ -133,6 +143,11 @@ struct flags {
       "                                they read the servers' rows directly when no link,\n"
       "                                straggler or fault is emulated; same results)\n"
       "  --tiny                          small MLPs (quick runs)\n"
+      "  --bottom-mlp W1-W2-...          DLRM's bottom MLP hidden widths (default 512-256-64; the\n"
+      "                                last layer, --dim wide, is added)\n"
+      "  --top-mlp W1-W2-...             DLRM's top MLP / Wide & Deep's deep MLP hidden widths\n"
+      "                                (default 512-256 / 256-128; the output layer is added)\n"
+      "  --straggler W:F                 worker W computes F times slower (F >= 1; repeatable)\n"
       "  --gemm cblas|onednn|eigen       library for the MLPs' matrix products (default: cblas\n"
       "                                when built with libblas-dev, else eigen; engines agree up\n"
       "                                to float rounding)\n"
@@ -147,6 +162,35 @@ struct flags {
       "  --export-precision fp32|fp16|int8   the bundle's embedding rows (default fp32)\n"
       "  --no-progress\n");
   std::exit(code);
+}
+
+/// "512-256-64" → {512, 256, 64}: 1 to 16 layers of 1 to 65536 units.
+std::vector<std::size_t> parse_widths(std::string_view flag, std::string_view text) {
+  std::vector<std::size_t> widths;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dash = text.find('-', start);
+    const std::string_view item =
+        text.substr(start, dash == std::string_view::npos ? std::string_view::npos : dash - start);
+    widths.push_back(cli::parse_integer<std::size_t>(flag, item, 1, 65536));
+    if (dash == std::string_view::npos) break;
+    start = dash + 1;
+  }
+  if (widths.size() > 16)
+    fail(errc::invalid_argument, cat(flag, " '", text, "' has ", widths.size(),
+                                     " layers; give 1 to 16 widths such as 512-256"));
+  return widths;
+}
+
+/// "W:F" → {worker W, slowdown F}: F in [1, 1000].
+std::pair<int, double> parse_straggler(std::string_view flag, std::string_view text) {
+  const std::size_t colon = text.find(':');
+  if (colon == std::string_view::npos)
+    fail(errc::invalid_argument, cat(flag, " '", text,
+                                     "' must be WORKER:FACTOR, e.g. 1:5 (worker 1 computes 5x "
+                                     "slower)"));
+  return {cli::parse_integer<int>(flag, text.substr(0, colon), 0, 1023),
+          cli::parse_real(flag, text.substr(colon + 1), {1.0, 1000.0})};
 }
 
 /// Creates `dir` if needed and proves it writable, before any data is read or any step runs
@@ -225,7 +269,15 @@ flags parse(int argc, char** argv) {
     else if (a == "--consistency")
       f.consistency = cli::parse_name(a, value(), {"sync", "async", "bounded"});
     else if (a == "--compressor")
-      f.compressor = cli::parse_name(a, value(), {"none", "fp16", "int8"});
+      f.compressor = cli::parse_name(a, value(), {"none", "fp16", "int8", "topk"});
+    else if (a == "--fp16-pulls")
+      f.options.fp16_pulls = true;
+    else if (a == "--bottom-mlp")
+      f.bottom_mlp = parse_widths(a, value());
+    else if (a == "--top-mlp")
+      f.top_mlp = parse_widths(a, value());
+    else if (a == "--straggler")
+      f.stragglers.push_back(parse_straggler(a, value()));
     else if (a == "--workers")
       f.options.workers = integer(1, 1024);
     else if (a == "--servers")
@@ -317,6 +369,12 @@ flags parse(int argc, char** argv) {
   STRATA_EXPECTS((f.crash_rank < 0) == (f.crash_after == 0),
                  "--crash-rank R and --crash-after-sends N go together (fault rehearsal: rank R "
                  "fails on its N-th send); pass both or neither");
+  STRATA_EXPECTS(f.bottom_mlp.empty() || f.model == "dlrm",
+                 "--bottom-mlp: Wide & Deep has no bottom MLP (--top-mlp sets its deep MLP)");
+  STRATA_EXPECTS(f.compressor != "topk" || f.strategy != "ps",
+                 "--compressor topk sparsifies the dense allreduce, which --strategy ps does not "
+                 "run (its dense gradients are pushes); use allreduce or hybrid, or int8 / fp16 "
+                 "with ps");
   STRATA_EXPECTS(f.strategy != "allreduce" || f.consistency == "sync",
                  "--strategy allreduce is always synchronous; use --consistency sync");
   STRATA_EXPECTS(f.data.empty() || !f.synthetic_given,
@@ -403,7 +461,9 @@ datasets load_data(const flags& f) {
 }
 
 /// The final report as one JSON object (what bench_ctr reads).
-void write_report_json(const std::string& path, const train::train_report& r, double teacher_auc) {
+/// `embedding_floats` / `dense_floats`: the model's parameters (tables at their full rows).
+void write_report_json(const std::string& path, const train::train_report& r, double teacher_auc,
+                       std::uint64_t embedding_floats, std::uint64_t dense_floats) {
   std::ofstream out(path);
   if (!out) fail(errc::io_error, cat("--report-json: cannot write '", path, "'"));
   const eval_or_none e = r.evals.empty() ? eval_or_none{} : eval_or_none{r.evals.back()};
@@ -420,7 +480,24 @@ void write_report_json(const std::string& path, const train::train_report& r, do
       << ", \"teacher_auc\": " << teacher_auc << ", \"checksum\": \"" << checksums << "\"";
   for (std::size_t p = 0; p < train::phase_count; ++p)
     out << ", \"seconds_" << train::phase_names[p] << "\": " << r.phase_seconds[p];
-  out << "}\n";
+  out << ", \"embedding_floats\": " << embedding_floats << ", \"dense_floats\": " << dense_floats
+      << ", \"bytes_worker_to_worker\": " << r.bytes_worker_to_worker
+      << ", \"bytes_worker_to_server\": " << r.bytes_worker_to_server
+      << ", \"bytes_server_to_worker\": " << r.bytes_server_to_worker << ", \"servers_stats\": [";
+  for (std::size_t s = 0; s < r.server_stats.size(); ++s) {
+    const auto& st = r.server_stats[s];
+    out << (s ? ", " : "") << "{\"bytes_received\": " << st.bytes_received
+        << ", \"bytes_sent\": " << st.bytes_sent << ", \"keys_pulled\": " << st.keys_pulled
+        << ", \"keys_pushed\": " << st.keys_pushed << ", \"deferred_pulls\": " << st.deferred_pulls
+        << ", \"max_staleness\": " << st.max_staleness << ", \"rows\": " << st.rows << "}";
+  }
+  out << "], \"evals\": [";
+  for (std::size_t i = 0; i < r.evals.size(); ++i) {
+    const auto& p = r.evals[i];
+    out << (i ? ", " : "") << "{\"step\": " << p.step << ", \"train_seconds\": " << p.train_seconds
+        << ", \"auc\": " << p.auc << ", \"logloss\": " << p.logloss << "}";
+  }
+  out << "]}\n";
   if (!out) fail(errc::io_error, cat("--report-json: writing '", path, "' failed"));
 }
 
@@ -498,8 +575,23 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
   std::printf("%-28s %016llx / %016llx\n", "checksum dense / embeddings",
               static_cast<unsigned long long>(r.dense_checksum),
               static_cast<unsigned long long>(r.embedding_checksum));
-  if (!f.report_json.empty()) write_report_json(f.report_json, r, d.teacher_auc);
+  if (!f.report_json.empty()) {
+    const typename Trainer::model_type probe(model_config);
+    std::uint64_t embedding_floats = 0;
+    for (const auto& t : probe.tables())
+      embedding_floats += t.rows * t.dim;
+    write_report_json(f.report_json, r, d.teacher_auc, embedding_floats, probe.parameters().size());
+  }
 }
+
+template <class>
+inline constexpr bool is_parameter_server = false;
+template <class C>
+inline constexpr bool is_parameter_server<train::parameter_server<C>> = true;
+template <class>
+inline constexpr bool is_hybrid = false;
+template <class C, class A>
+inline constexpr bool is_hybrid<train::hybrid<C, A>> = true;
 
 template <class Model, class Storage, class Communicator, class DenseOptimizer>
 void with_compressor(const flags& f, const typename Model::config& config,
@@ -516,8 +608,26 @@ void with_compressor(const flags& f, const typename Model::config& config,
                               compress::error_feedback<compress::int8_block<256>>,
                               comm::any_transport, DenseOptimizer>>(f, config, optimizer,
                                                                     dense_optimizer, d);
+  if (f.compressor == "topk") {
+    // Top-k sparsifies the dense gradients' allreduce; hybrid's row pushes (sparse already)
+    // travel int8 with error feedback; the parameter-server strategy has no allreduce.
+    using topk = compress::error_feedback<compress::topk>;
+    using int8 = compress::error_feedback<compress::int8_block<256>>;
+    if constexpr (is_parameter_server<Communicator>)
+      fail(errc::invalid_argument,
+           "--compressor topk sparsifies the dense allreduce, which --strategy ps does not run "
+           "(its dense gradients are pushes); use allreduce or hybrid, or int8 / fp16 with ps");
+    else if constexpr (is_hybrid<Communicator>)
+      return run<train::trainer<Model, Storage, Communicator, compress::per_path<topk, int8>,
+                                comm::any_transport, DenseOptimizer>>(f, config, optimizer,
+                                                                      dense_optimizer, d);
+    else
+      return run<
+          train::trainer<Model, Storage, Communicator, topk, comm::any_transport, DenseOptimizer>>(
+          f, config, optimizer, dense_optimizer, d);
+  }
   fail(errc::invalid_argument,
-       cat("--compressor must be none, fp16 or int8, got '", f.compressor, "'"));
+       cat("--compressor must be none, fp16, int8 or topk, got '", f.compressor, "'"));
 }
 
 template <class C>
@@ -627,6 +737,13 @@ int main(int argc, char** argv) {
                    f.global_batch, " is the global batch and must split evenly over ",
                    f.options.workers, " workers; pass a multiple of ", f.options.workers);
     f.options.batch = f.global_batch / static_cast<std::size_t>(f.options.workers);
+    for (const auto& [worker, factor] : f.stragglers) {
+      STRATA_EXPECTS(worker < f.options.workers, "--straggler ", worker, ":", factor,
+                     ": there are ", f.options.workers, " workers (0 to ", f.options.workers - 1,
+                     "); name one of them");
+      f.options.compute_slowdown.resize(static_cast<std::size_t>(f.options.workers), 1.0);
+      f.options.compute_slowdown[static_cast<std::size_t>(worker)] = factor;
+    }
     check_table_memory(f, f.process != nullptr && f.strategy != "allreduce" && f.options.servers > 0
                               ? f.options.servers
                               : 1);
@@ -646,6 +763,14 @@ int main(int argc, char** argv) {
       if (f.tiny) {
         c.bottom_mlp = {64, f.dim};
         c.top_mlp = {64, 1};
+      }
+      if (!f.bottom_mlp.empty()) {
+        c.bottom_mlp = f.bottom_mlp;
+        c.bottom_mlp.push_back(f.dim);
+      }
+      if (!f.top_mlp.empty()) {
+        c.top_mlp = f.top_mlp;
+        c.top_mlp.push_back(1);
       }
       // Row-wise Adagrad for the tables and for the MLPs (the same optimizer type: one
       // composition per strategy keeps the build time down), each with its own learning rate.
@@ -673,6 +798,10 @@ int main(int argc, char** argv) {
       c.deep_dim = f.dim;
       c.table_rows = {f.table_rows};
       if (f.tiny) c.deep_mlp = {64, 1};
+      if (!f.top_mlp.empty()) {
+        c.deep_mlp = f.top_mlp;
+        c.deep_mlp.push_back(1);
+      }
       // As the Wide & Deep paper and its tutorials train it: Adagrad for the tables (the wide
       // ones start at zero, as a linear model's weights), Adam for the deep MLP.
       optim::adagrad opt;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -51,7 +52,12 @@ struct trainer_options {
   double timeout_seconds = 300;              ///< transport timeout (a peer that stops answering)
   comm::link_model link{};                   ///< emulated network between ranks
   std::vector<double> send_delay_seconds{};  ///< per-rank straggler emulation
-  int fail_rank = -1;                        ///< fault rehearsal (threads): this rank fails ...
+  /// Per-worker compute slowdown (a straggler on a slower machine): worker w's forward,
+  /// backward and optimizer work takes compute_slowdown[w] times as long (it waits
+  /// (factor − 1) × its measured compute time after computing). Empty = none; else one entry
+  /// per worker, each ≥ 1. Results are unchanged (only time moves).
+  std::vector<double> compute_slowdown{};
+  int fail_rank = -1;              ///< fault rehearsal (threads): this rank fails ...
   std::uint64_t fail_on_send = 0;  ///< ... on its n-th send, and the whole run stops with the error
   bool fp16_pulls = false;         ///< PS pulls travel as fp16
   /// PS pulls read the servers' rows in-process when every rank is a thread of this process
@@ -93,6 +99,14 @@ struct trainer_options {
                    "drop resume");
     STRATA_EXPECTS(blowup_warn_factor == 0 || blowup_warn_factor > 1,
                    "trainer: blowup_warn_factor must be 0 (off) or > 1, got ", blowup_warn_factor);
+    STRATA_EXPECTS(
+        compute_slowdown.empty() || compute_slowdown.size() == static_cast<std::size_t>(workers),
+        "trainer: compute_slowdown needs one factor per worker (", workers, "), got ",
+        compute_slowdown.size());
+    for (std::size_t w = 0; w < compute_slowdown.size(); ++w)
+      STRATA_EXPECTS(std::isfinite(compute_slowdown[w]) && compute_slowdown[w] >= 1.0,
+                     "trainer: compute_slowdown[", w, "] must be a finite factor ≥ 1, got ",
+                     compute_slowdown[w]);
     STRATA_EXPECTS(!resume || !checkpoint_dir.empty(),
                    "trainer: resume needs a checkpoint directory (--checkpoint-dir)");
   }
@@ -103,6 +117,9 @@ struct eval_point {
   std::size_t step = 0;
   double auc = 0, logloss = 0, accuracy = 0;
   std::size_t samples = 0;
+  /// Worker 0's training time until this point (its step phases summed: data, pull, compute,
+  /// allreduce, push — evaluations excluded), for time-to-AUC curves.
+  double train_seconds = 0;
 };
 
 /// Phases of a worker's step, for the time split.

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +42,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -609,7 +611,10 @@ class trainer {
       }
     }
     if (evaluate && w == 0)
-      traced(t.rank(), "eval", [&] { evaluated = run_eval(me, *now, *eval_set, end); });
+      traced(t.rank(), "eval", [&] {
+        evaluated = run_eval(me, *now, *eval_set, end);
+        evaluated->train_seconds = me.timer.total();
+      });
     if constexpr (traits::dense_on_ps) {
       if (w == 0) {  // worker 0's replica mirrors the servers' dense parameters
         const ps::table_pull dense = me.dense.pull_request();
@@ -685,6 +690,7 @@ class trainer {
       me.timer.mark(pull_phase);
     }
 
+    const auto compute_start = std::chrono::steady_clock::now();
     b.logits.resize(n);
     b.dlogits.resize(n);
     const models::ctr_inputs inputs{b.batch.dense.view(), b.inputs};
@@ -694,6 +700,7 @@ class trainer {
     me.model.backward(b.dlogits, b.grad_views);
     const bool dropped = options_.divergence_guard && guard_divergence(me, b, loss, n, step);
     if (!dropped) me.metrics.add(loss, b.logits, b.batch.labels);
+    straggle(me, compute_start);
     me.timer.mark(compute_phase);
 
     const auto grads = me.model.gradients();
@@ -715,6 +722,17 @@ class trainer {
       me.dense.apply(me.model.parameters(), grads);
       me.timer.mark(compute_phase);
     }
+  }
+
+  /// A slower worker (trainer_options::compute_slowdown): waits (factor − 1) × the compute
+  /// time since `start`, so its step's compute takes factor × as long; its results are unchanged.
+  void straggle(const worker_state& me, std::chrono::steady_clock::time_point start) const {
+    if (options_.compute_slowdown.empty()) return;
+    const double factor = options_.compute_slowdown[static_cast<std::size_t>(me.index)];
+    if (factor <= 1.0) return;
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(elapsed) * (factor - 1.0)));
   }
 
   /// The divergence guard, before anything of the step leaves the worker (trainer_options'
