@@ -138,7 +138,10 @@ struct flags {
       "                                (by default the run stops at that step, names the last\n"
       "                                good checkpoint; no checkpoint is ever written from\n"
       "                                non-finite values either way)\n"
-      "  --link-gbps G --link-latency-us U  emulate a network between ranks\n"
+      "  --link-gbps G --link-latency-us U  emulate a network between ranks: each rank is a host\n"
+      "                                with one full-duplex interface of G Gbit/s on a switch\n"
+      "                                (a server answering many workers shares it)\n"
+      "  --link-per-pair                 instead a dedicated G Gbit/s link per pair of ranks\n"
       "  --pull-messages                 PS pulls as messages even in one process (by default\n"
       "                                they read the servers' rows directly when no link,\n"
       "                                straggler or fault is emulated; same results)\n"
@@ -245,6 +248,7 @@ flags parse(int argc, char** argv) {
   f.options.servers = 2;
   f.options.eval_every = 0;
   double link_gbps = 0, link_latency_us = 0;
+  bool link_per_pair = false;
   constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
   constexpr std::uint64_t many = std::uint64_t{1} << 40;  // counts no run here reaches
   for (int i = 1; i < argc; ++i) {
@@ -329,6 +333,8 @@ flags parse(int argc, char** argv) {
       link_gbps = real({1e-3, 1e4});
     else if (a == "--link-latency-us")  // up to 10 s
       link_latency_us = real({0.0, 1e7});
+    else if (a == "--link-per-pair")
+      link_per_pair = true;
     else if (a == "--pull-messages")
       f.options.in_process_pulls = false;
     else if (a == "--no-divergence-guard")
@@ -362,6 +368,7 @@ flags parse(int argc, char** argv) {
   }
   f.options.link.bandwidth_bytes_per_second = link_gbps * 1e9 / 8;
   f.options.link.latency_seconds = link_latency_us * 1e-6;
+  f.options.link.per_rank_nic = !link_per_pair;
   f.options.fail_rank = f.crash_rank;
   f.options.fail_on_send = f.crash_after;
   STRATA_EXPECTS(f.gpu < 0 || f.model == "dlrm",

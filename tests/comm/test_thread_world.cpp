@@ -131,6 +131,33 @@ TEST_CASE("link emulation delays messages by latency and bandwidth", "[comm][thr
   REQUIRE(elapsed < 2.0);
 }
 
+TEST_CASE("per-rank interfaces: messages to one rank share its incoming side",
+          "[comm][thread_world]") {
+  // Ranks 1, 2 and 3 each send 1 MB to rank 0 at once over 100 MB/s interfaces: with one
+  // interface per rank the three transfers queue at rank 0 (≥ 30 ms); dedicated links per pair
+  // would carry them side by side (~10 ms).
+  thread_world world(4, {.link = {.bandwidth_bytes_per_second = 100e6, .per_rank_nic = true}});
+  // Timed from the first sender's clock (the receiver may leave the barrier last).
+  using clock = std::chrono::steady_clock;
+  std::array<clock::time_point, 4> sent_at{};  // each written before its send
+  double elapsed = 0;
+  run_all(world, [&](thread_transport& t) {
+    std::vector<std::byte> payload(1'000'000);
+    barrier(t);
+    if (t.rank() == 0) {
+      for (int from = 1; from < 4; ++from)
+        t.recv(from, 1, payload);
+      const auto first = std::min({sent_at[1], sent_at[2], sent_at[3]});
+      elapsed = std::chrono::duration<double>(clock::now() - first).count();
+    } else {
+      sent_at[static_cast<std::size_t>(t.rank())] = clock::now();
+      t.send(0, 1, payload);
+    }
+  });
+  REQUIRE(elapsed >= 0.029);
+  REQUIRE(elapsed < 5.0);
+}
+
 TEST_CASE("injected fault stops every rank", "[comm][thread_world]") {
   thread_world world(3, {.timeout_seconds = 10, .fail_on_send = {0, 2, 0}});
   REQUIRE_THROWS_WITH(world.run([](thread_transport& t) {

@@ -28,11 +28,18 @@
 
 namespace strata::comm {
 
-/// An emulated network link: each message takes `latency_seconds` plus size / bandwidth, and
-/// messages on one link queue behind each other (so a 10 GbE link really carries ~1.25 GB/s).
+/// An emulated network: each message takes `latency_seconds` plus size / bandwidth. Which
+/// messages queue behind each other depends on `per_rank_nic`:
+/// - false (a dedicated link per pair of ranks): messages on one (source, destination) link
+///   queue; a rank talking to k peers at once moves k × the bandwidth.
+/// - true (one full-duplex network interface per rank, as hosts on a switch): a message holds
+///   its sender's outgoing and its receiver's incoming side for size / bandwidth, so a server
+///   answering 8 workers shares its one interface between them — the traffic concentration a
+///   parameter server meets on a real network.
 struct link_model {
   double latency_seconds = 0.0;
   double bandwidth_bytes_per_second = 0.0;  ///< 0 = unlimited (shared memory speed)
+  bool per_rank_nic = false;                ///< see above
   [[nodiscard]] bool emulated() const noexcept {
     return latency_seconds > 0 || bandwidth_bytes_per_second > 0;
   }
@@ -140,8 +147,13 @@ struct world_state {
   std::mutex abort_mutex;
   std::exception_ptr first_error;
   int first_failed_rank = -1;
+  /// link_model::per_rank_nic: when each rank's outgoing / incoming interface is idle.
+  std::mutex nic_mutex;
+  std::vector<clock::time_point> nic_out_free, nic_in_free;
 
   world_state(int n, world_options opts) : size(n), options(std::move(opts)) {
+    nic_out_free.assign(static_cast<std::size_t>(n), clock::time_point{});
+    nic_in_free.assign(static_cast<std::size_t>(n), clock::time_point{});
     mailboxes.reserve(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
       mailboxes.push_back(std::make_unique<mailbox>());
@@ -325,15 +337,26 @@ class thread_transport {
       message.ready = detail::clock::now();
       const link_model& model = world_->options.link;
       if (model.emulated() && peer != rank_) {
-        auto& free_at = box.link_free[static_cast<std::size_t>(rank_)];
-        auto start = std::max(message.ready, free_at);
-        if (model.bandwidth_bytes_per_second > 0)
-          start +=
-              std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(
-                  static_cast<double>(size) / model.bandwidth_bytes_per_second));
-        free_at = start;
-        message.ready = start + std::chrono::duration_cast<detail::clock::duration>(
-                                    std::chrono::duration<double>(model.latency_seconds));
+        const auto transfer =
+            model.bandwidth_bytes_per_second > 0
+                ? std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(
+                      static_cast<double>(size) / model.bandwidth_bytes_per_second))
+                : detail::clock::duration{};
+        detail::clock::time_point done;
+        if (model.per_rank_nic) {
+          // Both interfaces are busy for the transfer (box.mutex, then nic_mutex: one order).
+          std::lock_guard nic(world_->nic_mutex);
+          auto& out = world_->nic_out_free[static_cast<std::size_t>(rank_)];
+          auto& in = world_->nic_in_free[static_cast<std::size_t>(peer)];
+          done = std::max({message.ready, out, in}) + transfer;
+          out = in = done;
+        } else {
+          auto& free_at = box.link_free[static_cast<std::size_t>(rank_)];
+          done = std::max(message.ready, free_at) + transfer;
+          free_at = done;
+        }
+        message.ready = done + std::chrono::duration_cast<detail::clock::duration>(
+                                   std::chrono::duration<double>(model.latency_seconds));
       }
       box.queue.push_back(std::move(message));
       world_->link_bytes_sent[link(rank_, peer)].fetch_add(size, std::memory_order_relaxed);
