@@ -222,9 +222,13 @@ struct world_state {
     dropped_by = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(n));
   }
 
-  /// Whether rank `r` waits on a given peer; for r < 0, whether any rank but `self` does.
+  /// Whether rank `r` waits on a given peer other than `self` (waiting on `self`, it waits
+  /// for the caller: no one to defer to); for r < 0, whether any rank but `self` waits.
   [[nodiscard]] bool waits(int r, int self = -1) const noexcept {
-    if (r >= 0) return waiting[static_cast<std::size_t>(r)].load() != 0;
+    if (r >= 0) {
+      const std::uint64_t on = waiting[static_cast<std::size_t>(r)].load();
+      return on != 0 && static_cast<int>((on - 1) >> 32) != self;
+    }
     for (int q = 0; q < size; ++q)
       if (q != self && waiting[static_cast<std::size_t>(q)].load() != 0) return true;
     return false;
@@ -621,7 +625,7 @@ class thread_transport {
       if (state.state == phase::done) return;
       if (const auto now = detail::clock::now();
           !giving_up && now >= deadline && now < start + 2 * timeout_ticks &&
-          (world_->waits(peer) || world_->dropped.load() > 0))
+          (world_->waits(peer, rank_) || world_->dropped.load() > 0))
         deadline = now + std::chrono::milliseconds(20);  // a receiver reports (see receive())
       const bool stop = giving_up || world_->aborted.load() || detail::clock::now() >= deadline;
       if (stop && state.state == phase::posted) {
