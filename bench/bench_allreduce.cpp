@@ -5,7 +5,8 @@
 /// best of a few repetitions, each started after a barrier. The sum is verified first.
 ///
 /// Flags: --ranks 2,4,8  --max-mib 256  --chunk-kib K (ring chunk size)  --quick (n = 2,4;
-/// 1 and 16 MiB)  --json PATH
+/// 1 and 16 MiB)  --json PATH  --checksums (also time each case with thread_world's
+/// per-message checksums on: "checksummed algbw" against the plain algbw of the same run)
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -35,8 +36,9 @@ float initial_value(int rank, std::size_t i) {
 }
 
 /// Runs a verified allreduce, then `repeats` timed ones; returns the best slowest-rank time.
-double time_allreduce(int n, std::size_t count, int repeats, ring_allreduce algorithm) {
-  thread_world world(n, {.timeout_seconds = 300});
+double time_allreduce(int n, std::size_t count, int repeats, ring_allreduce algorithm,
+                      bool checksums) {
+  thread_world world(n, {.timeout_seconds = 300, .checksums = checksums});
   std::vector<double> seconds(static_cast<std::size_t>(repeats * n));
   world.run([&](thread_transport& t) {
     aligned_buffer<float> data(count);
@@ -68,7 +70,10 @@ double time_allreduce(int n, std::size_t count, int repeats, ring_allreduce algo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto o = bench::options::parse(argc, argv, {}, {"--ranks", "--max-mib", "--chunk-kib"});
+  const auto o =
+      bench::options::parse(argc, argv, {"--checksums"}, {"--ranks", "--max-mib", "--chunk-kib"});
+  const bool checksums =
+      std::find(o.rest.begin(), o.rest.end(), std::string("--checksums")) != o.rest.end();
   std::vector<int> ranks;
   try {
     ranks = parse_ranks(o.get("--ranks", o.quick ? "2,4" : "2,4,8"));
@@ -92,13 +97,21 @@ int main(int argc, char** argv) {
     const int repeats = mib >= 64 ? 3 : 5;
     const double memcpy_bw = bench::memcpy_bytes_per_second(bytes, repeats) / 1e9;
     for (const int n : ranks) {
-      const double seconds = time_allreduce(n, bytes / sizeof(float), repeats, algorithm);
+      const double seconds = time_allreduce(n, bytes / sizeof(float), repeats, algorithm, false);
       const double algbw = static_cast<double>(bytes) / seconds / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
       const std::string name = cat("allreduce n=", n, " ", mib, "MiB");
       results.push_back({name + " algbw", algbw, "GB/s", memcpy_bw, algbw / memcpy_bw});
       results.push_back({name + " busbw", busbw, "GB/s", memcpy_bw, busbw / memcpy_bw});
       std::fprintf(stderr, "%s: %.3f ms\n", name.c_str(), seconds * 1e3);
+      if (checksums) {
+        const double checked = time_allreduce(n, bytes / sizeof(float), repeats, algorithm, true);
+        const double checked_bw = static_cast<double>(bytes) / checked / 1e9;
+        results.push_back(
+            {name + " checksummed algbw", checked_bw, "GB/s", algbw, checked_bw / algbw});
+        std::fprintf(stderr, "%s with checksums: %.3f ms (%.1f%% slower)\n", name.c_str(),
+                     checked * 1e3, (checked / seconds - 1) * 100);
+      }
     }
   }
   bench::report(o, results);

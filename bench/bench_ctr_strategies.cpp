@@ -4,6 +4,8 @@
 /// allreduce, push). Baseline, timed in the same run: the same global batch trained by one
 /// worker (no communication at all); ratio = strategy samples/s / single-worker samples/s.
 /// Verification first: the sync strategies must produce bit-identical models.
+/// --checksums: every message carries thread_world's checksum (trainer_options::
+/// message_checksums), to measure what they cost (docs/reliability.md).
 // GCC 12 with -march=native warns falsely inside Eigen's AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -61,7 +63,7 @@ double comm_share(const train::train_report& r) {
 
 int main(int argc, char** argv) {
   try {
-    const auto opts = bench::options::parse(argc, argv);
+    const auto opts = bench::options::parse(argc, argv, {"--checksums"});
     const std::uint64_t rows = 100'000;
     models::dlrm::config model;  // Kaggle layer sizes, smaller tables
     model.table_rows = {rows};
@@ -71,6 +73,8 @@ int main(int argc, char** argv) {
     options.batch = 128;  // per worker: global batch 512
     options.max_steps = opts.quick ? 8 : 40;
     options.progress = false;
+    options.message_checksums = std::find(opts.rest.begin(), opts.rest.end(),
+                                          std::string("--checksums")) != opts.rest.end();
     const auto set = make_data(options.batch * 4 * options.max_steps, rows);
 
     using local = embedding::local<optim::adagrad>;

@@ -92,6 +92,7 @@ struct flags {
   std::string export_precision;      ///< --export-precision fp32|fp16|int8 (default fp32)
   int crash_rank = -1;               ///< fault rehearsal: this rank ...
   std::uint64_t crash_after = 0;     ///< ... fails on its n-th send
+  comm::phase crash_phase = comm::phase::any;  ///< ... of this phase (--crash-phase)
   train::trainer_options options;
   /// Under mpirun: this process's endpoint (one rank per process); null = ranks as threads.
   comm::any_transport* process = nullptr;
@@ -159,6 +160,7 @@ struct flags {
       "  --crash-rank R --crash-after-sends N   fault rehearsal: rank R fails on its N-th send\n"
       "                                (threads: an error stops every rank; mpirun: the process "
       "dies)\n"
+      "  --crash-phase pull|push|allreduce|checkpoint   ... its N-th send of that phase\n"
       "  --report-json PATH              also write the final report as one JSON object\n"
       "  --export DIR                    after training, write an inference bundle of the final\n"
       "                                model to DIR (docs/serving.md; DIR must be new or empty)\n"
@@ -363,14 +365,24 @@ flags parse(int argc, char** argv) {
       f.crash_rank = integer(0, 1 << 20);
     else if (a == "--crash-after-sends")
       f.crash_after = integer(std::uint64_t{1}, u64_max);
+    else if (a == "--crash-phase")
+      f.crash_phase = comm::parse_phase(
+          cli::parse_name(a, value(), {"any", "pull", "push", "allreduce", "checkpoint"}));
     else
       fail(errc::invalid_argument, cat("unknown flag '", a, "'; see --help"));
   }
   f.options.link.bandwidth_bytes_per_second = link_gbps * 1e9 / 8;
   f.options.link.latency_seconds = link_latency_us * 1e-6;
   f.options.link.per_rank_nic = !link_per_pair;
-  f.options.fail_rank = f.crash_rank;
-  f.options.fail_on_send = f.crash_after;
+  if (f.crash_phase == comm::phase::any) {
+    f.options.fail_rank = f.crash_rank;
+    f.options.fail_on_send = f.crash_after;
+  } else if (f.crash_rank >= 0) {  // threads: a fault plan that kills the rank there
+    f.options.faults = {{.rank = f.crash_rank,
+                         .kind = comm::fault_kind::kill,
+                         .when = f.crash_phase,
+                         .nth = f.crash_after}};
+  }
   STRATA_EXPECTS(f.gpu < 0 || f.model == "dlrm",
                  "--gpu: only --model dlrm has a GPU model (cuda::dlrm); drop --gpu for ", f.model);
   STRATA_EXPECTS((f.crash_rank < 0) == (f.crash_after == 0),
@@ -382,6 +394,9 @@ flags parse(int argc, char** argv) {
                  "--compressor topk sparsifies the dense allreduce, which --strategy ps does not "
                  "run (its dense gradients are pushes); use allreduce or hybrid, or int8 / fp16 "
                  "with ps");
+  STRATA_EXPECTS(f.crash_phase == comm::phase::any || f.crash_rank >= 0,
+                 "--crash-phase needs --crash-rank R and --crash-after-sends N (rank R fails on "
+                 "its N-th send of that phase)");
   STRATA_EXPECTS(f.strategy != "allreduce" || f.consistency == "sync",
                  "--strategy allreduce is always synchronous; use --consistency sync");
   STRATA_EXPECTS(f.data.empty() || !f.synthetic_given,
@@ -717,7 +732,9 @@ int main(int argc, char** argv) {
       to.timeout_seconds = f.options.timeout_seconds;
       mpi_endpoint.emplace(to);
       const bool crash_here = f.crash_rank == mpi_endpoint->rank();
-      crashing.emplace(*mpi_endpoint, crash_here ? f.crash_after : 0);
+      crashing.emplace(*mpi_endpoint, crash_here ? f.crash_after : 0, f.crash_phase,
+                       &ps::message_phase);
+      f.options.faults.clear();  // the process dies instead (comm::crash_after)
       endpoint.emplace(*crashing);
       f.process = &*endpoint;
       STRATA_EXPECTS(f.export_dir.empty(),

@@ -4,4 +4,6 @@
 
 #include "strata/comm/collectives.hpp"
 #include "strata/comm/concepts.hpp"
+#include "strata/comm/fault.hpp"
+#include "strata/comm/phase.hpp"
 #include "strata/comm/thread_world.hpp"

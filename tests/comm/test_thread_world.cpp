@@ -168,6 +168,179 @@ TEST_CASE("injected fault stops every rank", "[comm][thread_world]") {
                       Catch::Contains("injected fault"));
 }
 
+namespace {
+/// Three allreduces of 1000 floats over 3 ranks under `options`; returns rank 0's sums.
+std::vector<float> allreduce_thrice(const world_options& options) {
+  thread_world world(3, options);
+  std::vector<float> out;
+  std::mutex m;
+  world.run([&](thread_transport& t) {
+    std::vector<float> g(1000);
+    for (std::size_t i = 0; i < g.size(); ++i)
+      g[i] = 0.001f * static_cast<float>(i) + static_cast<float>(t.rank());
+    for (int i = 0; i < 3; ++i)
+      allreduce(t, std::span(g));
+    std::lock_guard lock(m);
+    if (t.rank() == 0) out = g;
+  });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a fault plan drops, delays, corrupts or kills the chosen send of a phase",
+          "[comm][thread_world][faults]") {
+  const auto clean = allreduce_thrice({.timeout_seconds = 5});
+  REQUIRE(clean.size() == 1000);
+  const auto plan = [](fault_kind kind, double delay = 0) {
+    return world_options{
+        .timeout_seconds = 0.5,
+        .faults = {
+            {.rank = 1, .kind = kind, .when = phase::allreduce, .nth = 4, .delay_seconds = delay}}};
+  };
+  SECTION("delay: the same sums, later") {
+    stopwatch watch;
+    REQUIRE(allreduce_thrice(plan(fault_kind::delay, 0.2)) == clean);
+    REQUIRE(watch.seconds() >= 0.2);
+  }
+  SECTION("drop: the receiver finds the gap when the next message comes, naming the phase") {
+    stopwatch watch;
+    try {
+      allreduce_thrice(plan(fault_kind::drop));
+      FAIL("a dropped message went unnoticed");
+    } catch (const strata::error& e) {
+      REQUIRE(e.code() == errc::bad_message);
+      REQUIRE_THAT(e.what(), Catch::Contains("rank 2: message ") &&
+                                 Catch::Contains("from peer 1 in phase 'allreduce'") &&
+                                 Catch::Contains("never arrived"));
+    }
+    REQUIRE(watch.seconds() < 3);
+  }
+  SECTION("corrupt: the checksum catches it, naming rank, peer and phase") {
+    try {
+      allreduce_thrice(plan(fault_kind::corrupt));
+      FAIL("a corrupted message went unnoticed");
+    } catch (const strata::error& e) {
+      REQUIRE(e.code() == errc::bad_message);
+      REQUIRE_THAT(e.what(), Catch::Contains("rank 2: message from peer 1 in phase 'allreduce'") &&
+                                 Catch::Contains("failed its checksum"));
+    }
+  }
+  SECTION("kill: the rank fails there, naming peer and phase") {
+    try {
+      allreduce_thrice(plan(fault_kind::kill));
+      FAIL("the killed rank went on");
+    } catch (const strata::error& e) {
+      REQUIRE(e.code() == errc::aborted);
+      REQUIRE_THAT(e.what(), Catch::Contains("rank 1: injected kill on send 4 of phase "
+                                             "'allreduce'") &&
+                                 Catch::Contains("to peer 2"));
+    }
+  }
+  SECTION("a plan for another phase leaves the run alone; checksums alone change nothing") {
+    auto other = plan(fault_kind::kill);
+    other.faults[0].when = phase::pull;
+    REQUIRE(allreduce_thrice(other) == clean);
+    REQUIRE(allreduce_thrice({.timeout_seconds = 5, .checksums = true}) == clean);
+  }
+}
+
+TEST_CASE("a fault plan counts what fired and corrupts empty and borrowed messages too",
+          "[comm][thread_world][faults]") {
+  // The 2nd user-tag send of rank 0 is an empty message: its checksum is what gets flipped.
+  thread_world world(
+      2, {.timeout_seconds = 2,
+          .faults = {{.rank = 0, .kind = fault_kind::corrupt, .when = phase::user, .nth = 2}}});
+  std::atomic<int> received{0};
+  REQUIRE_THROWS_WITH(world.run([&](thread_transport& t) {
+    if (t.rank() == 0) {
+      t.send(1, 3, bytes_of("whole"));
+      t.send(1, 3, {});
+    } else {
+      (void)t.recv_message(0, 3);
+      received.fetch_add(1);
+      (void)t.recv_message(0, 3);
+      received.fetch_add(1);
+    }
+  }),
+                      Catch::Contains("rank 1: message from peer 0 in phase 'user' (tag 3) "
+                                      "failed its checksum (0 bytes)"));
+  REQUIRE(received.load() == 1);
+  REQUIRE(world.faults_fired() == 1);
+  // A dropped message followed by another on the same tag: the gap is found at once.
+  thread_world lossy(
+      2, {.timeout_seconds = 30, .faults = {{.rank = 0, .kind = fault_kind::drop, .nth = 1}}});
+  stopwatch watch;
+  REQUIRE_THROWS_WITH(lossy.run([&](thread_transport& t) {
+    if (t.rank() == 0) {
+      t.send(1, 3, bytes_of("lost"));
+      t.send(1, 3, bytes_of("next"));
+    } else {
+      (void)t.recv_message(0, 3);
+    }
+  }),
+                      Catch::Contains("rank 1: message 1 from peer 0 in phase 'user' (tag 3) "
+                                      "never arrived"));
+  REQUIRE(watch.seconds() < 10);
+  // The last message dropped: its receiver times out, naming rank, peer and phase; a rank
+  // stalled in turn (rank 2 waits on rank 1) defers to it.
+  thread_world silent(
+      3, {.timeout_seconds = 0.3, .faults = {{.rank = 0, .kind = fault_kind::drop, .nth = 1}}});
+  try {
+    silent.run([&](thread_transport& t) {
+      std::byte b{};
+      if (t.rank() == 0) t.send(1, 3, std::span(&b, 1));
+      if (t.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        t.recv(0, 3, std::span(&b, 1));
+        t.send(2, 3, std::span(&b, 1));
+      }
+      if (t.rank() == 2) t.recv(1, 3, std::span(&b, 1));
+    });
+    FAIL("a dropped message went unnoticed");
+  } catch (const strata::error& e) {
+    REQUIRE(e.code() == errc::timeout);
+    REQUIRE_THAT(e.what(), Catch::Contains("rank 1: no message from peer 0 in phase 'user' "
+                                           "(tag 3) within 0.3 s"));
+  }
+  // A rendezvous (sendrecv) message corrupted in flight: the sender's buffer stays intact.
+  thread_world ring(
+      2, {.timeout_seconds = 2, .faults = {{.rank = 1, .kind = fault_kind::corrupt, .nth = 1}}});
+  std::array<std::array<std::byte, 16>, 2> outs{};
+  for (auto& out : outs)
+    out.fill(std::byte{7});
+  REQUIRE_THROWS_WITH(ring.run([&](thread_transport& t) {
+    std::array<std::byte, 16> in{};
+    t.sendrecv(1 - t.rank(), outs[static_cast<std::size_t>(t.rank())], 1 - t.rank(), in, 9);
+  }),
+                      Catch::Contains("rank 0: message from peer 1 in phase 'user' (tag 9)"));
+  REQUIRE(outs[1] == outs[0]);  // rank 1's buffer was not touched
+  REQUIRE(ring.faults_fired() == 1);
+}
+
+TEST_CASE("bad fault plans are refused with the reason", "[comm][thread_world][faults]") {
+  REQUIRE_THROWS_WITH(thread_world(2, {.faults = {{.rank = 2}}}),
+                      Catch::Contains("fault 0 (kill rank 2's send 1)") &&
+                          Catch::Contains("rank 2 is outside the world of 2 ranks"));
+  REQUIRE_THROWS_WITH(thread_world(2, {.faults = {{.rank = -1}}}),
+                      Catch::Contains("rank -1 is outside"));
+  REQUIRE_THROWS_WITH(thread_world(2, {.faults = {{}, {.rank = 1, .nth = 0}}}),
+                      Catch::Contains("fault 1") && Catch::Contains("n must be ≥ 1"));
+  REQUIRE_THROWS_WITH(
+      thread_world(2, {.faults = {{.kind = fault_kind::delay, .delay_seconds = -0.5}}}),
+      Catch::Contains("delay must be finite and ≥ 0 s, got -0.5"));
+  REQUIRE_THROWS_WITH(thread_world(2, {.faults = {{.kind = fault_kind::delay}}}),
+                      Catch::Contains("a delay fault needs delay_seconds > 0"));
+  REQUIRE_THROWS_WITH(thread_world(2, {.faults = {{.kind = fault_kind::drop, .delay_seconds = 1}}}),
+                      Catch::Contains("delay_seconds is for delay faults only"));
+  REQUIRE(parse_phase("checkpoint") == phase::checkpoint);
+  REQUIRE_THROWS_WITH(parse_phase("pulls"), Catch::Contains("unknown phase 'pulls'") &&
+                                                Catch::Contains("pull, push, allreduce"));
+  REQUIRE(phase_of_tag(tags::ps_request) == phase::request);
+  REQUIRE(phase_name(phase_of_tag(tags::gatherv)) == "allgather");
+  REQUIRE(phase_of_tag(tags::checkpoint) == phase::checkpoint);
+  REQUIRE(phase_of_tag(5) == phase::user);
+}
+
 TEST_CASE("sendrecv with itself copies, and reports a size mismatch", "[comm][thread_world]") {
   thread_world world(2, {.timeout_seconds = 5});
   run_all(world, [](thread_transport& t) {

@@ -20,6 +20,8 @@ set(cases
   "1|the embedding tables need|--table-rows|1e11|--dim|64"
   "1|--crash-after-sends: '0' is out of range|--crash-rank|1|--crash-after-sends|0"
   "1|--crash-rank R and --crash-after-sends N go together|--crash-rank|1"
+  "1|--crash-phase: 'pulls' is not accepted~ accepted: any, pull, push, allreduce, checkpoint|--crash-phase|pulls"
+  "1|--crash-phase needs --crash-rank R and --crash-after-sends N|--crash-phase|pull"
   "1|--lr: '-1' is out of range~ accepted: (0, 1000|--lr|-1"
   "1|--dense-lr: 'nan' is not finite|--dense-lr|nan"
   "1|--epochs: '1.5' is not an integer|--epochs|1.5"

@@ -153,6 +153,34 @@ TEST_CASE("world_options_for maps stragglers and the injected fault onto the wor
                       Catch::Contains("fail_rank 3 outside the 3 ranks"));
   options.fail_on_send = 0;  // no fault asked for
   REQUIRE(train::world_options_for(options, 3).fail_on_send.empty());
+  REQUIRE_FALSE(train::world_options_for(options, 3).checksums);
+  // A fault plan travels to the world with the classifier that tells pulls from pushes.
+  options.faults = {
+      {.rank = 1, .kind = comm::fault_kind::drop, .when = comm::phase::push, .nth = 3}};
+  const auto planned = train::world_options_for(options, 3);
+  REQUIRE(planned.faults.size() == 1);
+  REQUIRE(planned.faults[0].when == comm::phase::push);
+  REQUIRE(planned.classify != nullptr);
+  options.faults[0].rank = 3;
+  REQUIRE_THROWS_WITH(train::world_options_for(options, 3),
+                      Catch::Contains("rank 3 is outside the world of 3 ranks"));
+  options.faults.clear();
+  options.message_checksums = true;
+  REQUIRE(train::world_options_for(options, 3).checksums);
+  // ps::message_phase: a request by its type, other tags by the tag.
+  std::vector<std::byte> message;
+  ps::header h;
+  h.type = ps::msg_type::push_request;
+  (void)ps::start_message(message, h);
+  REQUIRE(ps::message_phase(comm::tags::ps_request, message) == comm::phase::push);
+  h.type = ps::msg_type::pull_request;
+  (void)ps::start_message(message, h);
+  REQUIRE(ps::message_phase(comm::tags::ps_request, message) == comm::phase::pull);
+  h.type = ps::msg_type::shutdown;
+  (void)ps::start_message(message, h);
+  REQUIRE(ps::message_phase(comm::tags::ps_request, message) == comm::phase::shutdown);
+  REQUIRE(ps::message_phase(comm::tags::ps_request, {}) == comm::phase::request);
+  REQUIRE(ps::message_phase(comm::tags::checkpoint, message) == comm::phase::checkpoint);
 }
 
 TEST_CASE("run_beside runs both sides at once and rethrows the worker's failure first",

@@ -225,14 +225,16 @@ void broadcast(T& t, std::span<V> data, int root = 0) {
 }
 
 /// Returns when every rank has entered the barrier (dissemination: ceil(log2 N) rounds).
+/// `tag` names the protocol it belongs to (e.g. `tags::checkpoint` for a checkpoint's
+/// barriers), so a timeout or an injected fault names that phase.
 template <transport T>
-void barrier(T& t) {
+void barrier(T& t, tag_t tag = tags::barrier) {
   const int n = t.size();
   std::byte token{}, incoming{};
   for (int distance = 1; distance < n; distance <<= 1) {
     const int to = static_cast<int>(detail::wrap(t.rank() + distance, n));
     const int from = static_cast<int>(detail::wrap(t.rank() - distance, n));
-    t.sendrecv(to, std::span(&token, 1), from, std::span(&incoming, 1), tags::barrier);
+    t.sendrecv(to, std::span(&token, 1), from, std::span(&incoming, 1), tag);
   }
 }
 

@@ -15,7 +15,8 @@ namespace strata::comm {
 using tag_t = std::uint32_t;
 inline constexpr tag_t reserved_tag_base = 0x8000'0000u;
 
-/// Tags used by strata's collectives and parameter server.
+/// Tags used by strata's collectives, parameter server and trainer; `comm::phase_of_tag`
+/// (phase.hpp) names the phase of each.
 namespace tags {
 inline constexpr tag_t allreduce = reserved_tag_base + 1;
 inline constexpr tag_t allreduce_check = reserved_tag_base + 2;
@@ -23,8 +24,12 @@ inline constexpr tag_t allgather = reserved_tag_base + 3;
 inline constexpr tag_t broadcast = reserved_tag_base + 4;
 inline constexpr tag_t barrier = reserved_tag_base + 5;
 inline constexpr tag_t compressed_allreduce = reserved_tag_base + 6;
+inline constexpr tag_t checkpoint = reserved_tag_base + 7;  ///< a checkpoint's barriers
 inline constexpr tag_t ps_request = reserved_tag_base + 0x100;
 inline constexpr tag_t ps_reply = reserved_tag_base + 0x101;
+inline constexpr tag_t ordered_allreduce = reserved_tag_base + 0x200;  ///< trainer: rank order
+inline constexpr tag_t gatherv = reserved_tag_base + 0x201;            ///< trainer: row gradients
+inline constexpr tag_t report = reserved_tag_base + 0x300;  ///< trainer: end-of-run checksums
 inline constexpr tag_t user_max = reserved_tag_base - 1;
 }  // namespace tags
 

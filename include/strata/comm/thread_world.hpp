@@ -1,6 +1,7 @@
 /// @file thread_world.hpp
 /// N ranks as threads of one process: the default transport of strata and its cluster
-/// rehearsal tool (per-link bandwidth/latency emulation, stragglers, injected faults).
+/// rehearsal tool (per-link bandwidth/latency emulation, stragglers, fault plans: drop, delay,
+/// corrupt or kill a rank's n-th send of a phase; optional per-message checksums).
 ///
 /// ```cpp
 /// strata::comm::thread_world(4).run([](strata::comm::thread_transport& t) {
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -24,6 +26,9 @@
 #include <vector>
 
 #include "strata/comm/concepts.hpp"
+#include "strata/comm/fault.hpp"
+#include "strata/comm/phase.hpp"
+#include "strata/core/checksum.hpp"
 #include "strata/core/error.hpp"
 
 namespace strata::comm {
@@ -53,6 +58,19 @@ struct world_options {
   std::vector<double> send_delay_seconds{};
   /// Per-rank fault injection: the rank fails on its k-th send (1-based); 0 = never.
   std::vector<std::uint64_t> fail_on_send{};
+  /// Fault plan: each entry drops, delays, corrupts or fails one send of one rank (fault.hpp);
+  /// checked when the world is made (a bad plan raises errc::invalid_argument). A plan turns
+  /// `checksums` on.
+  std::vector<fault> faults{};
+  /// Every message carries a checksum of its bytes, taken at the send and verified at the
+  /// receive, and a sequence number per (source, destination, tag): a message changed in
+  /// flight, or one that arrives after a lost one, raises errc::bad_message naming rank, peer
+  /// and phase.
+  /// Off by default: it costs two passes over every message (docs/reliability.md).
+  bool checksums = false;
+  /// Names the phase of a message from its tag and bytes, for fault plans and errors (a
+  /// trainer passes `ps::message_phase`, which tells PS pulls from pushes); nullptr = the tag.
+  phase_classifier classify = nullptr;
   /// How long a blocked rank polls for its message before it sleeps on a condition variable:
   /// a wake-up through the kernel costs ~10 µs, which dominates small messages. The poll
   /// yields the core every few hundred cycles, so an oversubscribed or busy machine still
@@ -66,6 +84,8 @@ using clock = std::chrono::steady_clock;
 
 /// One queued message: either owned bytes (eager send) or a borrowed span (rendezvous send
 /// from sendrecv, copied straight into the receiver's buffer).
+/// A rendezvous message normally borrows the sender's buffer; one corrupted in flight carries
+/// an owned (damaged) copy instead, and keeps its rendezvous state for the sender to wait on.
 struct envelope {
   int source = -1;
   tag_t tag = 0;
@@ -74,12 +94,16 @@ struct envelope {
   std::size_t borrowed_size = 0;
   struct rendezvous_state* rendezvous = nullptr;
   clock::time_point ready{};
+  std::uint64_t checksum = 0;  ///< of the bytes as sent (world_options::checksums)
+  std::uint64_t sequence = 0;  ///< 1, 2, … per (source, destination, tag) (with checksums)
+  phase what = phase::any;     ///< the phase the sender classified it as (checksums or faults)
+  [[nodiscard]] bool borrows() const noexcept { return borrowed != nullptr; }
   [[nodiscard]] std::size_t size() const noexcept {
-    return rendezvous != nullptr ? borrowed_size : owned.size();
+    return borrows() ? borrowed_size : owned.size();
   }
   [[nodiscard]] std::span<const std::byte> payload() const noexcept {
-    return rendezvous != nullptr ? std::span<const std::byte>(borrowed, borrowed_size)
-                                 : std::span<const std::byte>(owned);
+    return borrows() ? std::span<const std::byte>(borrowed, borrowed_size)
+                     : std::span<const std::byte>(owned);
   }
 };
 
@@ -105,6 +129,35 @@ struct mailbox {
   int sleepers = 0;                       ///< threads blocked on `changed` (under `mutex`)
   std::deque<envelope> queue;
   std::vector<clock::time_point> link_free;  ///< per source: when its emulated link is idle
+  /// With checksums: per (source, tag), the sequence number of the last message sent here
+  /// and of the last one taken: a gap is a message lost in flight.
+  std::map<std::uint64_t, std::uint64_t> sent_sequence, taken_sequence;
+  [[nodiscard]] static std::uint64_t stream(int source, tag_t tag) noexcept {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(source)) << 32) | tag;
+  }
+  /// The number of a message `source` sent here with `tag` that is neither taken nor queued
+  /// (lost in flight); 0 = none. Call with `mutex` held.
+  [[nodiscard]] std::uint64_t lost(int source, tag_t tag) const {
+    const auto sent = sent_sequence.find(stream(source, tag));
+    if (sent == sent_sequence.end()) return 0;
+    const auto taken = taken_sequence.find(stream(source, tag));
+    const std::uint64_t next = (taken == taken_sequence.end() ? 0 : taken->second) + 1;
+    if (sent->second < next) return 0;
+    for (const auto& m : queue)
+      if (m.source == source && m.tag == tag) return 0;  // on its way (a delayed message)
+    return next;
+  }
+  /// A message `source` sent here, of any tag, that was lost: {tag, number}; {0, 0} = none.
+  /// Call with `mutex` held.
+  [[nodiscard]] std::pair<tag_t, std::uint64_t> lost_from(int source) const {
+    for (auto it = sent_sequence.lower_bound(stream(source, 0));
+         it != sent_sequence.end() && (it->first >> 32) == static_cast<std::uint32_t>(source);
+         ++it) {
+      const auto tag = static_cast<tag_t>(it->first & 0xFFFF'FFFFu);
+      if (const std::uint64_t number = lost(source, tag); number != 0) return {tag, number};
+    }
+    return {0, 0};
+  }
 
   /// Announces a change; call with `mutex` held.
   void touch_and_wake() {
@@ -150,8 +203,23 @@ struct world_state {
   /// link_model::per_rank_nic: when each rank's outgoing / incoming interface is idle.
   std::mutex nic_mutex;
   std::vector<clock::time_point> nic_out_free, nic_in_free;
+  bool checksums = false;  ///< options.checksums, or a fault plan
+  /// Per fault of the plan: sends matched so far, and whether it acted (reset by each run).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> fault_matches;
+  std::unique_ptr<std::atomic<bool>[]> fault_fired;
+  /// Per rank: the (peer, tag) stream it waits on right now (`mailbox::stream` + 1; 0 = none
+  /// or any peer). A rank that times out waiting on a peer that waits in turn defers, and the
+  /// sender of a lost message defers to its receiver waiting for it (see receive()).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> waiting;
+  /// Messages the fault plan dropped: in all, and per sending rank.
+  std::atomic<int> dropped{0};
+  std::atomic<bool> loss_reported{false};  ///< a receiver is raising the timeout of a lost one
+  std::unique_ptr<std::atomic<int>[]> dropped_by;
 
   world_state(int n, world_options opts) : size(n), options(std::move(opts)) {
+    checksums = options.checksums || !options.faults.empty();
+    fault_matches = std::make_unique<std::atomic<std::uint64_t>[]>(options.faults.size());
+    fault_fired = std::make_unique<std::atomic<bool>[]>(options.faults.size());
     nic_out_free.assign(static_cast<std::size_t>(n), clock::time_point{});
     nic_in_free.assign(static_cast<std::size_t>(n), clock::time_point{});
     mailboxes.reserve(static_cast<std::size_t>(n));
@@ -162,6 +230,20 @@ struct world_state {
     const auto links = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
     link_bytes_sent = std::make_unique<std::atomic<std::uint64_t>[]>(links);
     link_bytes_received = std::make_unique<std::atomic<std::uint64_t>[]>(links);
+    waiting = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(n));
+    dropped_by = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(n));
+  }
+
+  /// Whether rank `r` waits on a given peer other than `self` (waiting on `self`, it waits
+  /// for the caller: no one to defer to); for r < 0, whether any rank but `self` waits.
+  [[nodiscard]] bool waits(int r, int self = -1) const noexcept {
+    if (r >= 0) {
+      const std::uint64_t on = waiting[static_cast<std::size_t>(r)].load();
+      return on != 0 && static_cast<int>((on - 1) >> 32) != self;
+    }
+    for (int q = 0; q < size; ++q)
+      if (q != self && waiting[static_cast<std::size_t>(q)].load() != 0) return true;
+    return false;
   }
 
   void abort(int rank, std::exception_ptr error) {
@@ -210,23 +292,23 @@ class thread_transport {
 
   /// Buffered send: copies `bytes` and returns at once.
   void send(int peer, tag_t tag, std::span<const std::byte> bytes) {
-    before_send(peer, tag, "send");
+    const send_action action = before_send(peer, tag, bytes, "send");
     detail::envelope message;
     message.source = rank_;
     message.tag = tag;
     message.owned.assign(bytes.begin(), bytes.end());
-    post(peer, std::move(message));
+    post(peer, std::move(message), action);
   }
 
   /// Buffered send that takes `bytes`' storage instead of copying it (the receiver's
   /// recv_message / recv_any hands the same vector on): no copy at all in-process.
   void send_owned(int peer, tag_t tag, std::vector<std::byte>&& bytes) {
-    before_send(peer, tag, "send");
+    const send_action action = before_send(peer, tag, bytes, "send");
     detail::envelope message;
     message.source = rank_;
     message.tag = tag;
     message.owned = std::move(bytes);
-    post(peer, std::move(message));
+    post(peer, std::move(message), action);
   }
 
   /// Receives exactly `bytes.size()` bytes from `peer` with `tag`.
@@ -276,7 +358,7 @@ class thread_transport {
   requires std::invocable<Consume&, std::span<const std::byte>>
   void sendrecv_consume(int to, std::span<const std::byte> out, int from, std::size_t in_bytes,
                         tag_t tag, Consume&& consume) {
-    before_send(to, tag, "sendrecv");
+    const send_action action = before_send(to, tag, out, "sendrecv");
     check_peer(from, "sendrecv");
     detail::rendezvous_state state;
     detail::envelope message;
@@ -285,7 +367,8 @@ class thread_transport {
     message.borrowed = out.data();
     message.borrowed_size = out.size();
     message.rendezvous = &state;
-    post(to, std::move(message));
+    // A dropped message is never posted: this side believes it sent, the peer times out.
+    const bool posted = post(to, std::move(message), action);
     std::exception_ptr receive_error;
     try {
       receive(from, tag, "sendrecv", [&](detail::envelope& incoming) {
@@ -295,7 +378,7 @@ class thread_transport {
     } catch (...) {
       receive_error = std::current_exception();
     }
-    wait_rendezvous(to, tag, state, receive_error != nullptr);
+    if (posted) wait_rendezvous(to, tag, state, receive_error != nullptr);
     if (receive_error) std::rethrow_exception(receive_error);
   }
 
@@ -315,7 +398,14 @@ class thread_transport {
                               ") stopped because rank ", world_->first_failed_rank, " failed"));
   }
 
-  void before_send(int peer, tag_t tag, const char* what) {
+  /// What the fault plan does to one send (nothing, unless a fault selects it).
+  struct send_action {
+    bool drop = false, corrupt = false;
+    double delay_seconds = 0;
+    phase what = phase::any;  ///< the send's phase when checksums or a plan are on
+  };
+
+  send_action before_send(int peer, tag_t tag, std::span<const std::byte> bytes, const char* what) {
     check_peer(peer, what);
     throw_if_aborted(peer, tag, what);
     const std::uint64_t count = sends_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -327,13 +417,66 @@ class thread_transport {
     const auto& delays = world_->options.send_delay_seconds;
     if (static_cast<std::size_t>(rank_) < delays.size() && delays[rank_] > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(delays[rank_]));
+    send_action action;
+    if (!world_->checksums) return action;
+    action.what = phase_of(world_->options.classify, tag, bytes);
+    const auto& plan = world_->options.faults;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const fault& f = plan[i];
+      if (f.rank != rank_ || (f.when != phase::any && f.when != action.what)) continue;
+      if (world_->fault_matches[i].fetch_add(1, std::memory_order_relaxed) + 1 != f.nth) continue;
+      world_->fault_fired[i].store(true);
+      switch (f.kind) {
+        case fault_kind::kill:
+          fail(errc::aborted, cat("rank ", rank_, ": injected kill on send ", f.nth, " of ",
+                                  describe_phase(action.what, tag), " to peer ", peer));
+        case fault_kind::drop:
+          action.drop = true;
+          break;
+        case fault_kind::corrupt:
+          action.corrupt = true;
+          break;
+        case fault_kind::delay:
+          action.delay_seconds += f.delay_seconds;
+          break;
+      }
+    }
+    return action;
   }
 
-  void post(int peer, detail::envelope message) {
+  /// Queues `message` in `peer`'s mailbox (after the link's delay); false when the fault plan
+  /// dropped it. With checksums, the checksum is taken first, then an injected corruption
+  /// flips a byte of the payload (of the checksum itself when the payload is empty), and the
+  /// message gets the next sequence number of its (source, destination, tag) — a dropped one
+  /// uses its number too, so the receiver of the next one sees the gap.
+  bool post(int peer, detail::envelope message, const send_action& action) {
+    if (world_->checksums) {
+      message.checksum = fast_checksum(message.payload());
+      message.what = action.what;
+      if (action.corrupt) {
+        if (message.borrows()) {
+          message.owned.assign(message.borrowed, message.borrowed + message.borrowed_size);
+          message.borrowed = nullptr;
+          message.borrowed_size = 0;
+        }
+        if (message.owned.empty())
+          message.checksum ^= 1;
+        else
+          message.owned[message.owned.size() / 2] ^= std::byte{0x10};
+      }
+    }
     const std::size_t size = message.size();
     auto& box = *world_->mailboxes[static_cast<std::size_t>(peer)];
     {
       std::lock_guard lock(box.mutex);
+      if (world_->checksums) {
+        message.sequence = ++box.sent_sequence[detail::mailbox::stream(rank_, message.tag)];
+        if (action.drop) {  // its number is used: the receiver sees the gap
+          world_->dropped.fetch_add(1);
+          world_->dropped_by[static_cast<std::size_t>(rank_)].fetch_add(1);
+          return false;
+        }
+      }
       message.ready = detail::clock::now();
       const link_model& model = world_->options.link;
       if (model.emulated() && peer != rank_) {
@@ -358,10 +501,14 @@ class thread_transport {
         message.ready = done + std::chrono::duration_cast<detail::clock::duration>(
                                    std::chrono::duration<double>(model.latency_seconds));
       }
+      if (action.delay_seconds > 0)
+        message.ready += std::chrono::duration_cast<detail::clock::duration>(
+            std::chrono::duration<double>(action.delay_seconds));
       box.queue.push_back(std::move(message));
       world_->link_bytes_sent[link(rank_, peer)].fetch_add(size, std::memory_order_relaxed);
       box.touch_and_wake();
     }
+    return true;
   }
 
   /// Waits for a matching envelope (peer -1 = any), removes it from the queue and hands it to
@@ -370,9 +517,24 @@ class thread_transport {
   void receive(int peer, tag_t tag, const char* what, Consume&& consume) {
     auto& box = *world_->mailboxes[static_cast<std::size_t>(rank_)];
     const double timeout = timeout_seconds();
-    const auto deadline =
-        detail::clock::now() +
+    const auto timeout_ticks =
         std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(timeout));
+    const auto start = detail::clock::now();
+    auto deadline = start + timeout_ticks;
+    // A lost message stalls its receiver, and then, one by one, every rank that waits on a
+    // stalled one. A rank whose peer waits in turn defers its timeout (up to one more
+    // timeout), so the error names the receiver of the lost message, its sender and its phase
+    // rather than a rank stalled in turn; with checksums a receiver knows when its peer sent
+    // a message that never came, and reports at once.
+    struct mark_waiting {
+      std::atomic<std::uint64_t>* slot;
+      ~mark_waiting() {
+        if (slot != nullptr) slot->store(0);
+      }
+    } const waiting_guard{peer >= 0 ? &world_->waiting[static_cast<std::size_t>(rank_)] : nullptr};
+    if (peer >= 0)
+      world_->waiting[static_cast<std::size_t>(rank_)].store(detail::mailbox::stream(peer, tag) +
+                                                             1);
     std::unique_lock lock(box.mutex);
     for (;;) {
       throw_if_aborted(peer, tag, what);
@@ -384,6 +546,12 @@ class thread_transport {
         if (found->ready <= now) {
           detail::envelope message = std::move(*found);
           box.queue.erase(found);
+          std::uint64_t missing = 0;  // with checksums: the number of a message lost before it
+          if (world_->checksums) {
+            auto& taken = box.taken_sequence[detail::mailbox::stream(message.source, tag)];
+            if (message.sequence != taken + 1) missing = taken + 1;
+            taken = message.sequence;
+          }
           if (message.rendezvous != nullptr)
             message.rendezvous->state = detail::rendezvous_state::phase::taken;
           lock.unlock();
@@ -391,6 +559,13 @@ class thread_transport {
           const std::size_t size = message.size();
           std::exception_ptr problem;
           try {
+            if (missing != 0)
+              fail(errc::bad_message,
+                   cat("rank ", rank_, ": message ", missing, " from peer ", message.source, " in ",
+                       describe_phase(phase_of_tag(tag), tag),
+                       " never arrived (lost in flight: message ", message.sequence,
+                       " of that peer and tag did); the link dropped it"));
+            verify(message);
             consume(message);
           } catch (...) {
             problem = std::current_exception();
@@ -412,13 +587,47 @@ class thread_transport {
       } else {
         box.wait(lock, deadline, world_->options.spin_seconds);
       }
-      if (detail::clock::now() >= deadline) {
+      if (const auto now = detail::clock::now(); now >= deadline) {
         throw_if_aborted(peer, tag, what);
-        fail(errc::timeout, cat("rank ", rank_, ": ", what, " from ",
-                                peer < 0 ? std::string("any peer") : cat("peer ", peer), " (tag ",
-                                tag, ") timed out after ", timeout,
-                                " s; is that peer still running and sending with this tag? "
-                                "(raise world_options::timeout_seconds for slow steps)"));
+        // Who reports a lost message: its receiver when it waits for it, else its sender
+        // when it waits for the answer that never came; a rank stalled in turn defers.
+        std::string cause;
+        if (const std::uint64_t lost = peer >= 0 ? box.lost(peer, tag) : 0; lost != 0) {
+          cause = cat("peer ", peer, " sent message ", lost,
+                      " of this tag, which never arrived (lost in flight)");
+          world_->loss_reported.store(true);  // its sender, waiting on this rank, defers
+        } else if (peer >= 0 && world_->dropped_by[static_cast<std::size_t>(rank_)].load() > 0) {
+          lock.unlock();
+          std::pair<tag_t, std::uint64_t> mine{0, 0};
+          {
+            auto& theirs = *world_->mailboxes[static_cast<std::size_t>(peer)];
+            std::lock_guard peer_lock(theirs.mutex);
+            mine = theirs.lost_from(rank_);
+          }
+          lock.lock();
+          // Its receiver reports it when it waits for that very message.
+          const bool receiver_reports = world_->loss_reported.load() ||
+                                        world_->waiting[static_cast<std::size_t>(peer)].load() ==
+                                            detail::mailbox::stream(rank_, mine.first) + 1;
+          if (mine.second != 0 && !receiver_reports)
+            cause = cat("its own message ", mine.second, " to peer ", peer, " in ",
+                        describe_phase(phase_of_tag(mine.first), mine.first),
+                        " never arrived (lost in flight), so the peer could not answer");
+        }
+        if (cause.empty() && now < start + 2 * timeout_ticks &&
+            (world_->dropped.load() > 0 || world_->waits(peer, rank_))) {
+          deadline = now + std::chrono::milliseconds(20);
+          continue;
+        }
+        fail(errc::timeout,
+             cat("rank ", rank_, ": no message from ",
+                 peer < 0 ? std::string("any peer") : cat("peer ", peer), " in ",
+                 describe_phase(phase_of_tag(tag), tag), " within ", timeout, " s (", what,
+                 " timed out); ",
+                 !cause.empty() ? cause
+                                : std::string("is that peer still running and sending with this "
+                                              "tag? (raise world_options::timeout_seconds for slow "
+                                              "steps)")));
       }
     }
   }
@@ -429,13 +638,18 @@ class thread_transport {
   void wait_rendezvous(int peer, tag_t tag, detail::rendezvous_state& state, bool giving_up) {
     auto& box = *world_->mailboxes[static_cast<std::size_t>(peer)];
     const double timeout = timeout_seconds();
-    const auto deadline =
-        detail::clock::now() +
+    const auto timeout_ticks =
         std::chrono::duration_cast<detail::clock::duration>(std::chrono::duration<double>(timeout));
+    const auto start = detail::clock::now();
+    auto deadline = start + timeout_ticks;
     std::unique_lock lock(box.mutex);
     using phase = detail::rendezvous_state::phase;
     for (;;) {
       if (state.state == phase::done) return;
+      if (const auto now = detail::clock::now();
+          !giving_up && now >= deadline && now < start + 2 * timeout_ticks &&
+          (world_->waits(peer, rank_) || world_->dropped.load() > 0))
+        deadline = now + std::chrono::milliseconds(20);  // a receiver reports (see receive())
       const bool stop = giving_up || world_->aborted.load() || detail::clock::now() >= deadline;
       if (stop && state.state == phase::posted) {
         auto mine = std::find_if(box.queue.begin(), box.queue.end(),
@@ -463,15 +677,21 @@ class thread_transport {
   }
   static void copy_payload(const detail::envelope& message, std::byte* destination) {
     if (message.size() == 0) return;
-    const std::byte* source =
-        message.rendezvous != nullptr ? message.borrowed : message.owned.data();
-    std::memcpy(destination, source, message.size());
+    std::memcpy(destination, message.payload().data(), message.size());
   }
   static void take_payload(detail::envelope& message, std::vector<std::byte>& out) {
-    if (message.rendezvous != nullptr)
+    if (message.borrows())
       out.assign(message.borrowed, message.borrowed + message.borrowed_size);
     else
       out = std::move(message.owned);
+  }
+  /// With checksums: refuses a message whose bytes changed since its sender's checksum.
+  void verify(const detail::envelope& message) const {
+    if (!world_->checksums || fast_checksum(message.payload()) == message.checksum) return;
+    fail(errc::bad_message,
+         cat("rank ", rank_, ": message from peer ", message.source, " in ",
+             describe_phase(message.what, message.tag), " failed its checksum (", message.size(),
+             " bytes): it was changed in flight; the link or a peer's memory is damaged"));
   }
 
   detail::world_state* world_;
@@ -497,6 +717,7 @@ class thread_world {
                    "thread_world: fail_on_send needs one entry per rank (", size, ")");
     STRATA_EXPECTS(state_->options.spin_seconds >= 0,
                    "thread_world: spin_seconds must be >= 0, got ", state_->options.spin_seconds);
+    check_fault_plan(state_->options.faults, size);
   }
 
   [[nodiscard]] int size() const noexcept { return state_->size; }
@@ -510,8 +731,19 @@ class thread_world {
       state_->first_failed_rank = -1;
     }
     state_->aborted.store(false);
-    for (auto& box : state_->mailboxes)
+    state_->dropped.store(0);
+    state_->loss_reported.store(false);
+    for (int r = 0; r < size(); ++r)
+      state_->dropped_by[static_cast<std::size_t>(r)].store(0);
+    for (auto& box : state_->mailboxes) {
       box->queue.clear();
+      box->sent_sequence.clear();
+      box->taken_sequence.clear();
+    }
+    for (std::size_t i = 0; i < state_->options.faults.size(); ++i) {
+      state_->fault_matches[i].store(0);
+      state_->fault_fired[i].store(false);
+    }
     {
       std::vector<std::jthread> threads;
       threads.reserve(static_cast<std::size_t>(size()));
@@ -527,6 +759,14 @@ class thread_world {
       }
     }
     if (state_->first_error) std::rethrow_exception(state_->first_error);
+  }
+
+  /// How many faults of the plan acted during the last run().
+  [[nodiscard]] std::size_t faults_fired() const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < state_->options.faults.size(); ++i)
+      n += state_->fault_fired[i].load() ? 1 : 0;
+    return n;
   }
 
   /// Payload bytes sent from `src` to `dst` over all runs so far.

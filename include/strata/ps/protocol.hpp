@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/comm/concepts.hpp"
+#include "strata/comm/phase.hpp"
 #include "strata/core/error.hpp"
 #include "strata/ps/partition.hpp"
 
@@ -284,6 +286,28 @@ struct request {
                       " gradient bytes, got ", r.values.size()));
   }
   return r;
+}
+
+/// The phase of a message (a `comm::phase_classifier`): a PS request or reply by its type —
+/// pull request or reply `pull`, push request `push`, shutdown and its answer `shutdown`, an
+/// error reply `pull` — any other message by its tag (`comm::phase_of_tag`). Reads one byte
+/// of the header; a message too short for it keeps its tag's phase.
+[[nodiscard]] inline comm::phase message_phase(comm::tag_t tag,
+                                               std::span<const std::byte> bytes) noexcept {
+  if ((tag != comm::tags::ps_request && tag != comm::tags::ps_reply) || bytes.size() < 7)
+    return comm::phase_of_tag(tag);
+  switch (static_cast<msg_type>(std::to_integer<std::uint8_t>(bytes[6]))) {
+    case msg_type::push_request:
+      return comm::phase::push;
+    case msg_type::shutdown:
+    case msg_type::shutdown_ack:
+      return comm::phase::shutdown;
+    case msg_type::pull_request:
+    case msg_type::pull_reply:
+    case msg_type::error_reply:
+      return comm::phase::pull;
+  }
+  return comm::phase_of_tag(tag);
 }
 
 }  // namespace strata::ps

@@ -9,18 +9,24 @@
 
 #include "strata/comm/thread_world.hpp"
 #include "strata/core/error.hpp"
+#include "strata/ps/protocol.hpp"
 #include "strata/train/options.hpp"
 
 namespace strata::train {
 
 /// The `thread_world` options of a run with `ranks` ranks: timeout, emulated link, per-rank
-/// send delays (stragglers) and the injected fault (`fail_rank` fails on its
-/// `fail_on_send`-th send).
+/// send delays (stragglers), the injected fault (`fail_rank` fails on its `fail_on_send`-th
+/// send), the fault plan (checked here: a bad plan raises errc::invalid_argument) and
+/// checksums; phases are named by `ps::message_phase` (pulls told from pushes).
 inline comm::world_options world_options_for(const trainer_options& options, int ranks) {
   comm::world_options wo;
   wo.timeout_seconds = options.timeout_seconds;
   wo.link = options.link;
   wo.send_delay_seconds = options.send_delay_seconds;
+  comm::check_fault_plan(options.faults, ranks);
+  wo.faults = options.faults;
+  wo.checksums = options.message_checksums;
+  wo.classify = &ps::message_phase;
   if (options.fail_rank >= 0 && options.fail_on_send > 0) {
     STRATA_EXPECTS(options.fail_rank < ranks, "trainer: fail_rank ", options.fail_rank,
                    " outside the ", ranks, " ranks");

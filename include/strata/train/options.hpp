@@ -59,7 +59,16 @@ struct trainer_options {
   std::vector<double> compute_slowdown{};
   int fail_rank = -1;              ///< fault rehearsal (threads): this rank fails ...
   std::uint64_t fail_on_send = 0;  ///< ... on its n-th send, and the whole run stops with the error
-  bool fp16_pulls = false;         ///< PS pulls travel as fp16
+  /// Fault plan of the in-process world (threads): drop, delay, corrupt or kill a rank's n-th
+  /// send of a phase (pull, push, allreduce, checkpoint, …; comm/fault.hpp). A plan turns on
+  /// per-message checksums and sends pulls as messages (no in-process pulls). Runs under
+  /// MPI refuse a plan (they rehearse a dead process: comm::crash_after, ctr_train's
+  /// --crash-phase).
+  std::vector<comm::fault> faults{};
+  /// Per-message checksums in the in-process world without a fault plan (off by default: see
+  /// docs/reliability.md for their cost).
+  bool message_checksums = false;
+  bool fp16_pulls = false;  ///< PS pulls travel as fp16
   /// PS pulls read the servers' rows in-process when every rank is a thread of this process
   /// and nothing is rehearsed on the messages (no emulated link, straggler or injected fault):
   /// no request/reply messages, pushes stay messages, the same rows (results unchanged), but
@@ -154,6 +163,8 @@ struct train_report {
   std::uint64_t embedding_checksum = 0;  ///< of every (table, key, row), order-independent
   /// Batches dropped by divergence_policy::skip_batch, summed over this process's workers.
   std::size_t skipped_batches = 0;
+  /// Faults of trainer_options::faults that acted (threaded runs).
+  std::size_t faults_fired = 0;
 };
 
 }  // namespace strata::train

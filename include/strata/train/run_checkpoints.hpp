@@ -118,9 +118,9 @@ class run_checkpoints {
   void write(T& t, std::size_t step, checkpoint_meta identity, WritePart&& write_part) const {
     const checkpoint_directory dir(dir_);
     if (t.rank() == 0) dir.prepare(step);
-    comm::barrier(t);
+    comm::barrier(t, comm::tags::checkpoint);
     std::forward<WritePart>(write_part)(dir.staging(step));
-    comm::barrier(t);
+    comm::barrier(t, comm::tags::checkpoint);
     if (t.rank() == 0) {
       identity.seals.clear();
       for (const auto& name : identity.files)
@@ -130,7 +130,7 @@ class run_checkpoints {
       dir.publish(step, keep);
     }
     last_step_.store(step);
-    comm::barrier(t);
+    comm::barrier(t, comm::tags::checkpoint);
   }
 
   /// The checkpoint a resume reads: `resume_from`, or the one `latest` of the checkpoint

@@ -218,6 +218,7 @@ class trainer {
       }
     });
     train_report report = make_report(result, clock.seconds());
+    report.faults_fired = world.faults_fired();
     split_traffic(world, servers_.stats(), report);
     if (!options_.trace_file.empty()) {
       std::vector<const trace_recorder*> tracks;
@@ -239,6 +240,11 @@ class trainer {
     STRATA_EXPECTS(t.size() == ranks(), "trainer: the world has ", t.size(), " ranks but this ",
                    "configuration needs ", ranks(), " (", options_.workers, " workers",
                    on_ps ? cat(" + ", roles_->servers(), " servers") : std::string(), ")");
+    STRATA_EXPECTS(options_.faults.empty(),
+                   "trainer: a fault plan (trainer_options::faults) is carried out by the "
+                   "in-process world of fit(train, eval); a multi-process run rehearses a dead "
+                   "rank with comm::crash_after (ctr_train --crash-rank/--crash-after-sends/"
+                   "--crash-phase)");
     check_data(train_set);
     check_trace_file(t.rank());
     // The process of rank 0 (which publishes checkpoints) holds the directory's lock.
@@ -320,7 +326,7 @@ class trainer {
 
  private:
   using server_type = typename parts::server_type;
-  static constexpr comm::tag_t checksum_tag = comm::reserved_tag_base + 0x300;
+  static constexpr comm::tag_t checksum_tag = comm::tags::report;
 
   /// What rank 0 learns during a run (filled on the thread/process that hosts worker 0).
   struct outcome {
@@ -363,7 +369,7 @@ class trainer {
     // Every server holds its checkpointed rows before any worker pulls (in-process pulls read
     // the servers' rows directly, without waiting for a server to answer).
     if constexpr (on_ps)
-      if (checkpoints_.resuming()) comm::barrier(t);
+      if (checkpoints_.resuming()) comm::barrier(t, comm::tags::checkpoint);
     const bool hosts_worker0 = t.rank() == 0;
     if (hosts_worker0) {
       result.first_step = step;
@@ -545,7 +551,7 @@ class trainer {
       // In-process pulls when nothing is rehearsed on the messages: no emulated link, no
       // straggler, no injected fault (they act on sends).
       if (options_.in_process_pulls && local_rank_ < 0 && !options_.link.emulated() &&
-          options_.send_delay_seconds.empty() && options_.fail_rank < 0)
+          options_.send_delay_seconds.empty() && options_.fail_rank < 0 && options_.faults.empty())
         co.in_process_servers = servers_.readers(options_.timeout_seconds);
       me.sparse.open(t, *map_, co);
     }

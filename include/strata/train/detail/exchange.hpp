@@ -17,8 +17,8 @@
 
 namespace strata::train::detail {
 
-inline constexpr comm::tag_t ordered_tag = comm::reserved_tag_base + 0x200;
-inline constexpr comm::tag_t gatherv_tag = comm::reserved_tag_base + 0x201;
+inline constexpr comm::tag_t ordered_tag = comm::tags::ordered_allreduce;
+inline constexpr comm::tag_t gatherv_tag = comm::tags::gatherv;
 
 /// Sums `data` over all ranks, each element as ((v0 + v1) + v2) + … in rank order.
 /// Reduce-scatter straight to each segment's owner, then ring all-gather: every rank sends
