@@ -10,14 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-
-#include "strata/core/buffer.hpp"
 #include "strata/core/error.hpp"
-#include "strata/core/key_index.hpp"
 #include "strata/core/matrix.hpp"
-#include "strata/core/rng.hpp"
+#include "strata/core/row_store.hpp"
 #include "strata/embedding/concepts.hpp"
 #include "strata/embedding/detail/rows.hpp"
 #include "strata/embedding/init.hpp"
@@ -36,23 +31,23 @@ namespace strata::embedding {
 /// A spec with `rows > 0` additionally bounds keys to [0, rows) (same check and message as
 /// `local`); `rows == 0` accepts every key.
 ///
-/// Layout: index slots {key, row} (16 B each, load 35–70%), a row → key array (8 B/row), and
-/// rows in an arena of fixed 1024-row chunks (weights and state in separate chunks; rows never
-/// move, so spans from `row`/`state` stay valid while the table grows). Memory per row ≈
-/// 4·(dim + state_floats) + 8 + 16/load bytes (`memory_bytes`). Measured by bench_embedding
-/// (SGD, 10^6 random 64-bit keys): 106 B/row at dim 16 (local: 64 B/row) and 298 B/row at
-/// dim 64 (local: 256 B/row).
-/// Cost: gather is one probe per key, apply one per unique key (parallel lookups, serial
-/// insertion of new keys, parallel row init/copy/update); `apply_pooled_gradients` takes a
-/// pooled lookup's d_out directly (no per-key rows), as `local`'s does. Thread-safety: as `local` —
-/// calls on different tables may run concurrently, calls on one table must be serialised (gather
-/// inserts rows).
+/// Layout: each table is a `row_store` (the store of parameter-server stripes too): index slots
+/// {key, row} (16 B each, load 35–70%), a row → key array (8 B/row), and rows of weights
+/// followed by their optimizer state in fixed 1024-row chunks (rows never move, so spans from
+/// `row`/`state` stay valid while the table grows). Memory per row ≈ 4·(dim + state_floats) +
+/// 8 + 16/load bytes (`memory_bytes`). Measured by bench_embedding (SGD, 10^6 random 64-bit
+/// keys): 106 B/row at dim 16 (local: 64 B/row) and 298 B/row at dim 64 (local: 256 B/row).
+/// Cost: gather is one probe per key, apply one per unique key (`row_store::resolve`: parallel
+/// lookups, serial insertion of new keys, parallel row init; then parallel copy/update);
+/// `apply_pooled_gradients` takes a pooled lookup's d_out directly (no per-key rows), as `local`'s
+/// does. Thread-safety: as `local` — calls on different tables may run concurrently, calls on one
+/// table must be serialised (gather inserts rows).
 template <optim::table_optimizer Optimizer>
 class hash_table {
  public:
   using optimizer_type = Optimizer;
   /// Rows per arena chunk.
-  static constexpr std::size_t chunk_rows = 1024;
+  static constexpr std::size_t chunk_rows = row_store::chunk_rows;
 
   /// Throws `errc::invalid_argument` for a spec with dim == 0.
   explicit hash_table(std::vector<table_spec> specs, Optimizer optimizer = {},
@@ -62,10 +57,8 @@ class hash_table {
     for (std::size_t t = 0; t < specs.size(); ++t) {
       STRATA_EXPECTS(specs[t].dim > 0, "hash_table: table ", t, " '", specs[t].name,
                      "' has dim == 0");
-      table tab;
-      tab.spec = std::move(specs[t]);
-      tab.state_floats = Optimizer::state_floats(tab.spec.dim);
-      tables_.push_back(std::move(tab));
+      const std::size_t dim = specs[t].dim;
+      tables_.push_back(table{std::move(specs[t]), row_store(dim, Optimizer::state_floats(dim))});
     }
   }
 
@@ -118,11 +111,11 @@ class hash_table {
 
   /// Whether row `key` of table t exists (never creates it).
   [[nodiscard]] bool contains(std::size_t t, std::uint64_t key) const {
-    return find(checked(t, "hash_table::contains"), key) != npos;
+    return checked(t, "hash_table::contains").rows.find(key) != row_store::npos;
   }
   /// Number of rows created in table t.
   [[nodiscard]] std::size_t size(std::size_t t) const {
-    return checked(t, "hash_table::size").index.size();
+    return checked(t, "hash_table::size").rows.size();
   }
   /// Weights of row `key` of table t, creating the row if needed (e.g. to load a checkpoint).
   [[nodiscard]] std::span<float> row(std::size_t t, std::uint64_t key) {
@@ -144,54 +137,22 @@ class hash_table {
   /// if an order independent of history is needed).
   template <class Fn>
   void for_each_row(std::size_t t, Fn&& fn) const {
-    const table& tab = checked(t, "hash_table::for_each_row");
-    auto& mut = const_cast<table&>(tab);
-    const auto keys = tab.index.keys();
-    for (std::size_t r = 0; r < keys.size(); ++r) {
-      const auto ref = ref_of(mut, r);
-      fn(keys[r], std::span<const float>(ref.weights), std::span<const float>(ref.state));
-    }
+    checked(t, "hash_table::for_each_row").rows.for_each(fn);
   }
 
   /// Bytes held by table t: index slots, row → key array and allocated arena chunks.
   [[nodiscard]] std::size_t memory_bytes(std::size_t t) const {
-    const table& tab = checked(t, "hash_table::memory_bytes");
-    std::size_t bytes = tab.index.memory_bytes();
-    for (const auto& c : tab.weight_chunks)
-      bytes += c.size() * sizeof(float);
-    for (const auto& c : tab.state_chunks)
-      bytes += c.size() * sizeof(float);
-    return bytes;
+    return checked(t, "hash_table::memory_bytes").rows.bytes();
   }
 
  private:
-  static constexpr std::uint64_t npos = key_index::npos;
   struct table {
     table_spec spec;
-    std::size_t state_floats = 0;
-    key_index index;  // key → row (and row → key)
-    std::vector<aligned_buffer<float>> weight_chunks;
-    std::vector<aligned_buffer<float>> state_chunks;
-    optim::key_groups groups;            // reusable grouping workspace
-    std::vector<float> scaled;           // d_out rows × 1/len for pooling::mean
-    std::vector<std::uint64_t> found;    // row of each key of the current call
-    std::vector<std::uint64_t> created;  // rows created by the current call
+    row_store rows;                      // key → row (weights, then optimizer state)
+    optim::key_groups groups{};          // reusable grouping workspace
+    std::vector<float> scaled{};         // d_out rows × 1/len for pooling::mean
+    std::vector<std::uint64_t> found{};  // row of each key of the current call
   };
-
-  static std::uint64_t find(const table& tab, std::uint64_t key) noexcept {
-    return tab.index.find(key);
-  }
-
-  /// Row of `key`, inserting it (uninitialised weights, zero state) when absent.
-  static std::uint64_t find_or_insert(table& tab, std::uint64_t key, bool& inserted) {
-    const auto [r, added] = tab.index.find_or_insert(key);
-    inserted = added;
-    if (added && r / chunk_rows >= tab.weight_chunks.size()) {
-      tab.weight_chunks.emplace_back(chunk_rows * tab.spec.dim);
-      if (tab.state_floats > 0) tab.state_chunks.emplace_back(chunk_rows * tab.state_floats);
-    }
-    return r;
-  }
 
   /// Creates the rows of unseen grouped keys (ascending), then sums rows.row(member) per group
   /// and applies the optimizer to the group's row.
@@ -209,53 +170,21 @@ class hash_table {
 
   /// tab.found[i] ← row of keys[i], creating and initialising rows of unseen keys.
   void resolve(std::size_t t, table& tab, std::span<const std::uint64_t> keys) {
-    const std::size_t n = keys.size();
-    tab.found.resize(n);
-    const auto lookup = [&](std::size_t first, std::size_t last) {
-      for (std::size_t i = first; i < last; ++i)
-        tab.found[i] = find(tab, keys[i]);
-    };
-    if (n < 4096) {
-      lookup(0, n);
-    } else {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, n, 1024),
-          [&](const tbb::blocked_range<std::size_t>& r) { lookup(r.begin(), r.end()); });
-    }
-    tab.created.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      if (tab.found[i] != npos) continue;
-      bool inserted = false;
-      tab.found[i] = find_or_insert(tab, keys[i], inserted);
-      if (inserted) tab.created.push_back(tab.found[i]);
-    }
-    const auto init = [&](std::size_t first, std::size_t last) {
-      for (std::size_t j = first; j < last; ++j) {
-        const std::uint64_t r = tab.created[j];
-        init_.fill(t, tab.index.keys()[r], ref_of(tab, r).weights);
-      }
-    };
-    if (tab.created.size() < 1024) {
-      init(0, tab.created.size());
-    } else {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, tab.created.size(), 256),
-          [&](const tbb::blocked_range<std::size_t>& r) { init(r.begin(), r.end()); });
-    }
+    tab.found.resize(keys.size());
+    tab.rows.resolve(keys, tab.found, init_, t);
   }
 
   std::uint64_t find_or_create(std::size_t t, std::uint64_t key) {
     table& tab = checked(t, "hash_table::row");
     detail::check_keys("hash_table::row", t, tab.spec, std::span<const std::uint64_t>(&key, 1));
-    resolve(t, tab, std::span<const std::uint64_t>(&key, 1));
-    return tab.found[0];
+    return tab.rows.find_or_create(key, init_, t).first;
   }
 
   std::pair<table*, std::uint64_t> existing(std::size_t t, std::uint64_t key,
                                             const char* who) const {
     const table& tab = checked(t, who);
-    const std::uint64_t r = find(tab, key);
-    if (r == npos)
+    const std::uint64_t r = tab.rows.find(key);
+    if (r == row_store::npos)
       fail(errc::out_of_range,
            cat(who, ": key ", key, " has no row in table ", t, " '", tab.spec.name,
                "'; use contains() first or the non-const "
@@ -266,13 +195,15 @@ class hash_table {
     return ref_of(*at.first, at.second);
   }
   static optim::row_ref ref_of(table& tab, std::uint64_t r) noexcept {
-    const std::size_t c = r / chunk_rows, o = r % chunk_rows;
-    const std::size_t dim = tab.spec.dim, s = tab.state_floats;
-    return {{tab.weight_chunks[c].data() + o * dim, dim},
-            {s == 0 ? nullptr : tab.state_chunks[c].data() + o * s, s}};
+    // Built from the row's pointer, not by copying row_store::row's spans: GCC then spills the
+    // spans and reloads them whole (a failed store-to-load forward per row, ~25% of Adagrad's
+    // update time at dim 16).
+    float* p = tab.rows.data(r);
+    const std::size_t dim = tab.rows.dim();
+    return {{p, dim}, {p + dim, tab.rows.state_floats()}};
   }
   static const float* weights_of(const table& tab, std::uint64_t r) noexcept {
-    return tab.weight_chunks[r / chunk_rows].data() + (r % chunk_rows) * tab.spec.dim;
+    return tab.rows.data(r);
   }
 
   const table& checked(std::size_t t, const char* who) const {

@@ -32,9 +32,9 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/identity.hpp"
 #include "strata/core/error.hpp"
-#include "strata/core/key_index.hpp"
 #include "strata/core/rng.hpp"
 #include "strata/core/row_init.hpp"
+#include "strata/core/row_store.hpp"
 #include "strata/optim/concepts.hpp"
 #include "strata/optim/sparse_gradient.hpp"
 #include "strata/ps/consistency.hpp"
@@ -66,11 +66,13 @@ struct shard_stats {
 
 /// One parameter-server shard.
 ///
-/// Rows live in `stripes` flat hash indexes per table (`key_index`: key → slot in a float array
-/// holding the weights followed by `Optimizer::state_floats(dim)` state), each under its own
-/// mutex, so fixed and unbounded tables both work and requests of many workers run
-/// concurrently without races. A row is created on first touch with `uniform_init` values of
-/// (seed, table, key), so every placement gives the same table.
+/// Rows live in `stripes` row stores per table (`row_store`, the store of
+/// `embedding::hash_table` too: key → slot → the weights followed by
+/// `Optimizer::state_floats(dim)` state, in chunks that never move: 4 rows first, doubling to
+/// 1024), each under its own mutex, so
+/// fixed and unbounded tables both work and requests of many workers run concurrently without
+/// races. A row is created on first touch with `uniform_init` values of (seed, table, key), so
+/// every placement gives the same table.
 ///
 /// `serve(transport)` receives requests (tag `comm::tags::ps_request`) from every worker,
 /// handles each worker's requests in order (different workers concurrently) on a task arena of
@@ -140,7 +142,8 @@ class server {
       tab->state_floats = t == dense_table_ ? DenseOptimizer::state_floats(tab->dim)
                                             : Optimizer::state_floats(tab->dim);
       tab->row_floats = tab->dim + tab->state_floats;
-      tab->stripes = std::make_unique<stripe[]>(options_.stripes);
+      for (std::size_t s = 0; s < options_.stripes; ++s)
+        tab->stripes.emplace_back(tab->dim, tab->state_floats);
       tab->received.assign(workers, 0);
       tab->applied.assign(workers, 0);
       tables_.push_back(std::move(tab));
@@ -308,7 +311,7 @@ class server {
     for (std::size_t s = 0; s < options_.stripes; ++s) {
       auto& st = tables_[t]->stripes[s];
       std::lock_guard lock(st.mutex);
-      n += st.index.size();
+      n += st.rows.size();
     }
     return n;
   }
@@ -322,12 +325,8 @@ class server {
       for (std::size_t s = 0; s < options_.stripes; ++s) {
         auto& st = tab.stripes[s];
         std::lock_guard lock(st.mutex);
-        const auto keys = st.index.keys();
-        for (std::size_t slot = 0; slot < keys.size(); ++slot) {
-          const float* row = st.data.data() + slot * tab.row_floats;
-          fn(t, keys[slot], std::span<const float>(row, tab.dim),
-             std::span<const float>(row + tab.dim, tab.state_floats));
-        }
+        st.rows.for_each([&](std::uint64_t key, std::span<const float> weights,
+                             std::span<const float> state) { fn(t, key, weights, state); });
       }
     }
   }
@@ -348,16 +347,20 @@ class server {
                    map_.server_of(t, key), ", not to server ", index_);
     auto& st = stripe_of(tab, key);
     std::lock_guard lock(st.mutex);
-    float* row = find_or_create(tab, st, t, key);
+    float* row = st.rows.data(slot_of(st, t, key));
     std::copy(weights.begin(), weights.end(), row);
     std::copy(state.begin(), state.end(), row + tab.dim);
   }
 
  private:
+  /// A stripe's first chunk: a table has `stripes` row stores, most of a few rows when the
+  /// table is small, so they start at 4 rows and grow (doubling) to 1024-row chunks.
+  static constexpr std::size_t stripe_first_chunk_rows = 4;
   struct stripe {
+    stripe(std::size_t dim, std::size_t state_floats)
+        : rows(dim, state_floats, stripe_first_chunk_rows) {}
     mutable std::mutex mutex;
-    key_index index;          // key → slot
-    std::vector<float> data;  // slot · row_floats: weights, then optimizer state
+    row_store rows;  // key → slot → weights, then optimizer state (guarded by `mutex`)
   };
   struct parked_pull {
     int worker = 0;
@@ -379,8 +382,8 @@ class server {
   };
   struct table_state {
     std::size_t dim = 0, state_floats = 0, row_floats = 0;
-    std::unique_ptr<stripe[]> stripes;
-    std::mutex mutex;                     // guards everything below
+    std::deque<stripe> stripes;  // `server_options::stripes` (a deque: a stripe never moves)
+    std::mutex mutex;            // guards everything below
     std::vector<std::uint64_t> received;  // requests seen per worker: pushes (= its step)
     std::vector<std::uint64_t> applied;   // pushes applied per worker (async / bounded)
     std::uint64_t applied_steps = 0;      // sync: steps applied
@@ -401,7 +404,7 @@ class server {
   std::size_t stripe_index(std::uint64_t key) const noexcept {
     return mix_ids(key, 0x57A1Eull) & (options_.stripes - 1);
   }
-  stripe& stripe_of(const table_state& tab, std::uint64_t key) const noexcept {
+  stripe& stripe_of(table_state& tab, std::uint64_t key) const noexcept {
     return tab.stripes[stripe_index(key)];
   }
 
@@ -452,9 +455,8 @@ class server {
       if (first == p.bounds[s]) return;
       auto& st = tab.stripes[s];
       std::lock_guard lock(st.mutex);
-      float* data = st.data.data();
       for (std::uint32_t j = first; j < p.bounds[s]; ++j)
-        fn(p.order[j], data + std::size_t{p.slots[j]} * tab.row_floats);
+        fn(p.order[j], st.rows.data(p.slots[j]));
     };
     if (parallel && keys.size() * tab.row_floats >= parallel_apply_floats) {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, options_.stripes),
@@ -494,24 +496,16 @@ class server {
       auto& st = tab.stripes[s];
       std::lock_guard lock(st.mutex);
       for (std::uint32_t j = first; j < bounds[s]; ++j) {
-        float* row = find_or_create(tab, st, table, keys[order[j]]);
-        fn(order[j], row,
-           static_cast<std::uint32_t>((row - st.data.data()) /
-                                      static_cast<std::ptrdiff_t>(tab.row_floats)));
+        const std::uint64_t slot = slot_of(st, table, keys[order[j]]);
+        fn(order[j], st.rows.data(slot), static_cast<std::uint32_t>(slot));
       }
     }
     bounds.erase(bounds.begin() + static_cast<std::ptrdiff_t>(stripes), bounds.end());
   }
-  /// The row of `key` (weights then state); the stripe lock must be held.
-  float* find_or_create(table_state& tab, stripe& st, std::size_t t, std::uint64_t key) {
-    const auto [slot, inserted] = st.index.find_or_insert(key);
-    if (inserted) {
-      st.data.resize(st.data.size() + tab.row_floats, 0.0f);
-      float* row = st.data.data() + slot * tab.row_floats;
-      options_.init.fill(t, key, std::span<float>(row, tab.dim));
-      return row;
-    }
-    return st.data.data() + slot * tab.row_floats;
+  /// The slot of `key` in stripe `st` of table t, its row created on first touch; the stripe
+  /// lock must be held.
+  std::uint64_t slot_of(stripe& st, std::size_t t, std::uint64_t key) {
+    return st.rows.find_or_create(key, options_.init, t).first;
   }
 
   /// Sends a reply; moves the buffer into transports that can take it (`send_owned`).
