@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -237,25 +238,128 @@ TEST_CASE("row_store::for_each visits every key once with its row, in slot order
   CHECK(once.size() == seen.size());
 }
 
-TEST_CASE("row_store::bytes is its index plus its chunks", "[core][row_store]") {
-  const std::size_t dim = 5, state = 3;
+TEST_CASE("row_store::bytes is its index, its keys and its chunks", "[core][row_store]") {
+  const std::size_t dim = 5, state = 3, row_bytes = (dim + state) * sizeof(float);
   row_store store(dim, state, 4), fixed(dim, state);
-  key_index index;  // the same keys in the same order: the same index
-  CHECK(store.bytes() == index.memory_bytes());
+  CHECK(store.bytes() == 0);
   std::map<std::uint64_t, int> calls;
   // Rows held → rows allocated: chunks of 4, 4, 8, …, 512 rows, then of 1024; or all of 1024.
   const std::vector<std::array<std::size_t, 3>> capacity{
-      {1, 4, 1024},       {4, 4, 1024},       {5, 8, 1024},      {9, 16, 1024},
-      {1024, 1024, 1024}, {1025, 2048, 2048}, {3000, 3072, 3072}};
+      {1, 4, 1024},       {4, 4, 1024},       {5, 8, 1024},       {9, 16, 1024},
+      {1024, 1024, 1024}, {1025, 2048, 2048}, {3000, 3072, 3072}, {20000, 20480, 20480}};
   for (const auto& [rows, growing, all_full] : capacity) {
     while (store.size() < rows) {
       const std::uint64_t key = store.size() * 1'000'003ull;
       store.find_or_create(key, counting_fill{&calls});
       fixed.find_or_create(key, counting_fill{&calls});
-      index.find_or_insert(key);
     }
-    CHECK(store.bytes() == index.memory_bytes() + growing * (dim + state) * sizeof(float));
-    CHECK(fixed.bytes() == index.memory_bytes() + all_full * (dim + state) * sizeof(float));
+    // The same keys in the same order: the same index and keys; the chunks differ.
+    const std::size_t index = fixed.bytes() - all_full * row_bytes;
+    CHECK(store.bytes() == index + growing * row_bytes);
+    // Index: 4-byte entries, 30–65% free (at least 16); keys: 8 bytes each (+ vector growth).
+    const auto r = static_cast<double>(rows);
+    CHECK(static_cast<double>(index) >= 8 * r + 4 * r / 0.7);
+    CHECK(static_cast<double>(index) <= 16 * r + 4 * std::max(16.0, 2 * r / 0.7));
+  }
+}
+
+TEST_CASE("row_store matches a std::unordered_map reference on random keys", "[core][row_store]") {
+  // Random keys (64-bit, and from a small range so that many repeat), through find,
+  // find_or_create and resolve in random order; the reference is a map key → slot, the
+  // creation order and every row's expected floats. Rows are written between calls, and every
+  // row's address is recorded when created: slots, contents and addresses must all hold while
+  // the store grows from one chunk to many (and its index from 16 entries to 2^15).
+  const std::size_t first_chunk = GENERATE(std::size_t{1}, std::size_t{4}, row_store::chunk_rows);
+  const std::size_t dim = 3, state = 2, floats = dim + state;
+  row_store store(dim, state, first_chunk);
+  std::unordered_map<std::uint64_t, std::uint64_t> ref;  // key → slot
+  std::vector<std::uint64_t> order;                      // slot → key
+  std::vector<std::vector<float>> values;                // slot → expected row
+  std::vector<const float*> address;                     // slot → data(slot) at creation
+  std::map<std::uint64_t, int> calls;
+  const counting_fill fill{&calls};
+  std::mt19937_64 rng(first_chunk);
+  const auto random_key = [&] {
+    switch (rng() % 3) {
+      case 0:
+        return rng() % 500;  // repeats
+      case 1:
+        return ~std::uint64_t{0} - rng() % 4;  // the top of the range
+      default:
+        return rng();  // anywhere
+    }
+  };
+  const auto expect_created = [&](std::uint64_t key, std::uint64_t slot) {
+    REQUIRE(slot == order.size());  // the next slot, in creation order
+    ref.emplace(key, slot);
+    order.push_back(key);
+    std::vector<float> row(floats, 0.0f);
+    for (std::size_t c = 0; c < dim; ++c)
+      row[c] = static_cast<float>(key % 1000 + c) / 8.0f;
+    values.push_back(row);
+    address.push_back(store.data(slot));
+  };
+  for (int round = 0; round < 400; ++round) {
+    switch (rng() % 3) {
+      case 0: {  // find: never creates
+        const std::uint64_t key = random_key();
+        const auto it = ref.find(key);
+        REQUIRE(store.find(key) == (it == ref.end() ? row_store::npos : it->second));
+        break;
+      }
+      case 1: {  // find_or_create
+        for (int k = 0; k < 20; ++k) {
+          const std::uint64_t key = random_key();
+          const auto it = ref.find(key);
+          const auto [slot, created] = store.find_or_create(key, fill);
+          REQUIRE(created == (it == ref.end()));
+          if (created) {
+            expect_created(key, slot);
+          } else {
+            REQUIRE(slot == it->second);
+          }
+        }
+        break;
+      }
+      default: {  // resolve a batch (with repeats): new keys in order of first appearance
+        std::vector<std::uint64_t> keys(rng() % 1200);
+        for (auto& key : keys)
+          key = rng() % 4 == 0 && !order.empty() ? order[rng() % order.size()] : random_key();
+        std::vector<std::uint64_t> slots(keys.size());
+        store.resolve(keys, slots, fill);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          const auto it = ref.find(keys[i]);
+          if (it == ref.end()) {
+            expect_created(keys[i], slots[i]);
+          } else {
+            REQUIRE(slots[i] == it->second);
+          }
+        }
+      }
+    }
+    // Write a few rows (weights and state) through their slots, as an optimizer does.
+    for (int w = 0; w < 5 && !order.empty(); ++w) {
+      const std::uint64_t slot = rng() % order.size();
+      const auto c = static_cast<std::size_t>(rng() % floats);
+      const float v = static_cast<float>(rng() % 1000) - 500.0f;
+      store.data(slot)[c] = v;
+      values[slot][c] = v;
+    }
+  }
+  REQUIRE(store.size() == order.size());
+  REQUIRE(order.size() > 10'000);
+  REQUIRE(calls.size() == order.size());
+  for (const auto& [key, n] : calls)
+    REQUIRE(n == 1);  // one fill per row
+  REQUIRE(std::equal(order.begin(), order.end(), store.keys().begin(), store.keys().end()));
+  const row_store copy(store);
+  for (std::uint64_t slot = 0; slot < order.size(); ++slot) {
+    REQUIRE(store.find(order[slot]) == slot);
+    REQUIRE(store.data(slot) == address[slot]);  // never moved
+    REQUIRE(std::equal(values[slot].begin(), values[slot].end(), store.data(slot)));
+    REQUIRE(copy.find(order[slot]) == slot);
+    REQUIRE(copy.data(slot) != store.data(slot));
+    REQUIRE(std::equal(values[slot].begin(), values[slot].end(), copy.data(slot)));
   }
 }
 
@@ -269,6 +373,9 @@ TEST_CASE("row_store refuses bad shapes and a slot array of the wrong size",
     CHECK(e.code() == errc::invalid_argument);
     CHECK_THAT(e.what(), Catch::Contains("first_chunk_rows must be a power of two"));
   }
+  e = catch_error([] { row_store(4, std::size_t{1} << 33); });
+  CHECK(e.code() == errc::invalid_argument);
+  CHECK_THAT(e.what(), Catch::Contains("exceed"));
   row_store store(4, 0);
   std::vector<std::uint64_t> slots(1);
   std::map<std::uint64_t, int> calls;

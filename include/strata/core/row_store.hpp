@@ -18,7 +18,7 @@
 
 #include "strata/core/buffer.hpp"
 #include "strata/core/error.hpp"
-#include "strata/core/key_index.hpp"
+#include "strata/core/rng.hpp"
 #include "strata/core/row_init.hpp"
 
 namespace strata {
@@ -40,7 +40,7 @@ using const_row_span = basic_row<const float>;
 
 /// Keys → rows, each row `dim` weights followed by `state_floats` optimizer state (one
 /// contiguous run of `row_floats()` floats: an update touches one region per row). Keys are
-/// any 64-bit values (`key_index`: open addressing on the full key); rows are numbered densely
+/// any 64-bit values (collision-free: compared in full); rows are numbered densely
 /// in creation order ("slots" 0, 1, 2, …) and live in chunks that are never moved or freed,
 /// so a slot, a pointer or a span to a row stays valid while the store grows. Chunks hold
 /// `chunk_rows` (1024) rows; with a smaller `first_chunk_rows` the first ones grow from that
@@ -50,17 +50,24 @@ using const_row_span = basic_row<const float>;
 /// (`uniform_init` values of (seed, table, key), or any `row_filler`), called exactly once per
 /// row, and its state zero. (A filler that throws leaves its row created, weights zero.)
 ///
-/// Memory: `bytes()` = the index (16 B per slot at 35–70% load, 8 B per key) + the chunks
-/// (rows · row_floats · 4 bytes each, 64-byte aligned): at most chunk_rows − 1 rows more than
-/// held (growing first chunks: below chunk_rows rows, at most twice the rows held). Cost:
-/// `find` one probe; a creation one insertion (amortised O(1)), one new chunk now and then,
-/// one fill; row access by slot two predicted branches, a shift, a mask and a load or two.
+/// Index: open addressing with linear probing over a power-of-two array of 4-byte entries
+/// (slot + 1; 0: empty), probed from a mixed hash of the key; an entry's key is read from the
+/// slot → key array (`keys()`), so the index holds no key. The array doubles when 70% full
+/// (35–70% occupied). At most 2^32 − 1 rows per store.
+///
+/// Memory: `bytes()` = the index (4 B per entry at 35–70% load: 5.7–11.4 B per row) + the keys
+/// (8 B per row, a vector's growth included) + the chunks (rows · row_floats · 4 bytes each,
+/// 64-byte aligned): at most chunk_rows − 1 rows more than held (growing first chunks: below
+/// chunk_rows rows, at most twice the rows held). Cost: `find` one probe (a load of the index,
+/// then of the key; the entries of a collision each cost a key load); a creation one insertion
+/// (amortised O(1): growth rehashes every key), one new chunk now and then, one fill; row
+/// access by slot two predicted branches, a shift, a mask and a load or two.
 /// Thread-safety: const calls may run concurrently; a creating call (`find_or_create`, `resolve`)
 /// needs exclusive access. Rows may be written concurrently through their slots (different rows),
 /// as any array's elements.
 class row_store {
  public:
-  static constexpr std::uint64_t npos = key_index::npos;
+  static constexpr std::uint64_t npos = ~std::uint64_t{0};
   /// Rows of a (full-size) chunk: 64 KiB for 16 floats per row. A constant, so that row
   /// access shifts and masks by constants.
   static constexpr std::size_t chunk_rows = 1024;
@@ -88,6 +95,7 @@ class row_store {
         row_floats_(other.row_floats_),
         first_shift_(other.first_shift_),
         index_(other.index_),
+        keys_(other.keys_),
         chunks_(other.chunks_) {
     if (!chunks_.empty()) head_ = chunks_.front().data();
   }
@@ -107,20 +115,28 @@ class row_store {
     return std::size_t{1} << first_shift_;
   }
   /// Rows held (= the next slot).
-  [[nodiscard]] std::size_t size() const noexcept { return index_.size(); }
-  [[nodiscard]] bool empty() const noexcept { return index_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return keys_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return keys_.empty(); }
   /// keys()[slot] is the key of that row.
-  [[nodiscard]] std::span<const std::uint64_t> keys() const noexcept { return index_.keys(); }
+  [[nodiscard]] std::span<const std::uint64_t> keys() const noexcept { return keys_; }
 
   /// The slot of `key`, or npos when it has no row.
-  [[nodiscard]] std::uint64_t find(std::uint64_t key) const noexcept { return index_.find(key); }
+  [[nodiscard]] std::uint64_t find(std::uint64_t key) const noexcept {
+    if (index_.empty()) return npos;
+    const std::size_t mask = index_.size() - 1;
+    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask) {
+      const std::uint32_t entry = index_[i];
+      if (entry == 0) return npos;
+      if (keys_[entry - 1] == key) return entry - 1;
+    }
+  }
 
   /// {slot of `key`, whether its row was created now}; a new row's weights are written by
   /// `fill(key, weights)` (its state is zero).
   template <row_filler Fill>
   std::pair<std::uint64_t, bool> find_or_create(std::uint64_t key, Fill&& fill) {
     // The lookup alone first: a present key (the common case) costs one probe and no call.
-    if (const std::uint64_t slot = index_.find(key); slot != npos) [[likely]]
+    if (const std::uint64_t slot = find(key); slot != npos) [[likely]]
       return {slot, false};
     const std::uint64_t slot = insert(key).first;
     fill(key, weights_of(slot));
@@ -145,7 +161,7 @@ class row_store {
            cat("row_store::resolve: ", n, " keys but room for ", slots.size(), " slots"));
     const auto lookup = [&](std::size_t first, std::size_t last) {
       for (std::size_t i = first; i < last; ++i)
-        slots[i] = index_.find(keys[i]);
+        slots[i] = find(keys[i]);
     };
     if (n < parallel_lookups) {
       lookup(0, n);
@@ -163,7 +179,7 @@ class row_store {
       if (slots[i] == npos) slots[i] = insert(keys[i]).first;
     const auto init = [&](std::uint64_t first, std::uint64_t last) {
       for (std::uint64_t slot = first; slot < last; ++slot)
-        fill(index_.keys()[slot], weights_of(slot));
+        fill(keys_[slot], weights_of(slot));
     };
     if (size() - before < parallel_fills) {
       init(before, size());
@@ -197,16 +213,16 @@ class row_store {
   /// Calls `fn(key, weights, state)` (spans of const float) for every row, in slot order.
   template <class Fn>
   void for_each(Fn&& fn) const {
-    const auto keys = index_.keys();
-    for (std::uint64_t slot = 0; slot < keys.size(); ++slot) {
+    for (std::uint64_t slot = 0; slot < keys_.size(); ++slot) {
       const auto r = row(slot);
-      fn(keys[slot], r.weights, r.state);
+      fn(keys_[slot], r.weights, r.state);
     }
   }
 
-  /// Bytes held: the index (`key_index::memory_bytes`) and every allocated chunk.
+  /// Bytes held: the index, the slot → key array (capacities) and every allocated chunk.
   [[nodiscard]] std::size_t bytes() const noexcept {
-    std::size_t total = index_.memory_bytes();
+    std::size_t total =
+        index_.capacity() * sizeof(std::uint32_t) + keys_.capacity() * sizeof(std::uint64_t);
     for (const auto& chunk : chunks_)
       total += chunk.size() * sizeof(float);
     return total;
@@ -219,6 +235,10 @@ class row_store {
   static constexpr std::size_t parallel_fills = 1024;
   /// Largest dim and state_floats (stored in 32 bits: a store's header stays small).
   static constexpr std::size_t max_floats = std::uint32_t(-1);
+  /// Most rows of a store: an index entry is slot + 1 in 32 bits.
+  static constexpr std::uint64_t max_rows = std::uint32_t(-1);
+  /// Index entries of a store's first index (it doubles when 70% full).
+  static constexpr std::size_t first_index_entries = 16;
   /// log2(chunk_rows).
   static constexpr unsigned chunk_shift = 10;
   static_assert(chunk_rows == std::size_t{1} << chunk_shift);
@@ -264,12 +284,19 @@ class row_store {
   }
 
   /// {slot, created}: a new key gets the next slot (weights and state zero), in a new chunk
-  /// when the last one is full (allocated before the key is indexed: a failed allocation
-  /// leaves the store as it was). Only then does a lookup take two probes (find, insert).
+  /// when the last one is full. Everything that can fail (chunk, index growth, the key array)
+  /// comes before the key is indexed: a failed allocation leaves the keys as they were.
   std::pair<std::uint64_t, bool> insert(std::uint64_t key) {
-    if (index_.size() == capacity()) [[unlikely]] {
-      const std::uint64_t slot = index_.find(key);
-      if (slot != npos) return {slot, false};
+    std::size_t i = 0;
+    if (!index_.empty()) {
+      i = probe(key);
+      if (index_[i] != 0) return {index_[i] - 1, false};
+    }
+    const std::uint64_t slot = keys_.size();
+    if (slot == max_rows) [[unlikely]]
+      fail(errc::out_of_range,
+           cat("row_store: full: ", max_rows, " rows is the most one store holds"));
+    if (slot == capacity()) [[unlikely]] {
       const std::size_t c = chunks_.size();
       const std::size_t rows = c == 0 ? std::size_t{1} << first_shift_
                                : c <= std::size_t{chunk_shift} - first_shift_
@@ -278,8 +305,35 @@ class row_store {
       chunks_.emplace_back(rows * row_floats());
       head_ = chunks_.front().data();
     }
-    return index_.find_or_insert(key);
+    if ((slot + 1) * 10 > index_.size() * 7) [[unlikely]] {
+      rehash(index_.empty() ? first_index_entries : index_.size() * 2);
+      i = probe(key);
+    }
+    keys_.push_back(key);
+    index_[i] = static_cast<std::uint32_t>(slot + 1);
+    return {slot, true};
   }
+  /// The index position of `key`, or of the empty entry where it would go (index not empty).
+  [[nodiscard]] std::size_t probe(std::uint64_t key) const noexcept {
+    const std::size_t mask = index_.size() - 1;
+    std::size_t i = hash(key) & mask;
+    while (index_[i] != 0 && keys_[index_[i] - 1] != key)
+      i = (i + 1) & mask;
+    return i;
+  }
+  /// A new index of `entries` (a power of two) entries holding every key.
+  void rehash(std::size_t entries) {
+    std::vector<std::uint32_t> next(entries, 0);
+    const std::size_t mask = entries - 1;
+    for (std::uint64_t slot = 0; slot < keys_.size(); ++slot) {
+      std::size_t i = hash(keys_[slot]) & mask;
+      while (next[i] != 0)
+        i = (i + 1) & mask;
+      next[i] = static_cast<std::uint32_t>(slot + 1);
+    }
+    index_ = std::move(next);
+  }
+  static std::uint64_t hash(std::uint64_t key) noexcept { return mix_ids(key, 0x5bd1e995u); }
   /// Rows the chunks hold: 2^(first_shift_ + c − 1) for c ≤ the growing chunks, then
   /// chunk_rows more per chunk.
   [[nodiscard]] std::size_t capacity() const noexcept {
@@ -296,7 +350,8 @@ class row_store {
   std::uint32_t dim_, row_floats_;
   // Not (unsigned) char: a char may alias the rows, so each row write would reload them.
   std::uint16_t first_shift_;                  // log2(first_chunk_rows)
-  key_index index_;                            // key → slot, slot → key
+  std::vector<std::uint32_t> index_;           // slot + 1 of the keys (0: empty), see find()
+  std::vector<std::uint64_t> keys_;            // slot → key
   std::vector<aligned_buffer<float>> chunks_;  // see locate()
 };
 

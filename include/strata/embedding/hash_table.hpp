@@ -31,12 +31,13 @@ namespace strata::embedding {
 /// A spec with `rows > 0` additionally bounds keys to [0, rows) (same check and message as
 /// `local`); `rows == 0` accepts every key.
 ///
-/// Layout: each table is a `row_store` (the store of parameter-server stripes too): index slots
-/// {key, row} (16 B each, load 35–70%), a row → key array (8 B/row), and rows of weights
-/// followed by their optimizer state in fixed 1024-row chunks (rows never move, so spans from
-/// `row`/`state` stay valid while the table grows). Memory per row ≈ 4·(dim + state_floats) +
-/// 8 + 16/load bytes (`memory_bytes`). Measured by bench_embedding (SGD, 10^6 random 64-bit
-/// keys): 106 B/row at dim 16 (local: 64 B/row) and 298 B/row at dim 64 (local: 256 B/row).
+/// Layout: each table is a `row_store` (the store of parameter-server stripes too): an index of
+/// 4-byte entries (load 35–70%), a row → key array (8 B/row), and rows of weights followed by
+/// their optimizer state in fixed 1024-row chunks (rows never move, so spans from `row`/`state`
+/// stay valid while the table grows). Memory per row ≈ 4·(dim + state_floats) + 8 + 4/load
+/// bytes (`memory_bytes`). Measured by bench_embedding (SGD, 10^6 random 64-bit keys): 80.8
+/// B/row at dim 16 (local: 64 B/row) and 272.9 B/row at dim 64 (local: 256 B/row); the index
+/// and keys are 16.8 of them (a 2^21-entry index: 10^6 keys are just past a doubling).
 /// Cost: gather is one probe per key, apply one per unique key (`row_store::resolve`: parallel
 /// lookups, serial insertion of new keys, parallel row init; then parallel copy/update);
 /// `apply_pooled_gradients` takes a pooled lookup's d_out directly (no per-key rows), as `local`'s
