@@ -9,6 +9,8 @@
 //   ctr_train --synthetic 200000 --checkpoint-dir ckpt --resume
 //   ctr_train --gpu 0                           # DLRM's dense part on GPU 0 (CUDA builds only)
 #include <unistd.h>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "strata/comm/any_transport.hpp"
 #include "strata/comm/fault.hpp"
@@ -37,6 +40,7 @@
 #include "strata/models/wide_deep.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/adam.hpp"
+#include "strata/plan/advisor.hpp"
 #include "strata/serve/bundle.hpp"
 #include "strata/train/trainer.hpp"
 #if defined(STRATA_WITH_CUDA)  // built with strata::cuda: --gpu trains DLRM with cuda::dlrm
@@ -94,9 +98,21 @@ struct flags {
   std::uint64_t crash_after = 0;     ///< ... fails on its n-th send
   comm::phase crash_phase = comm::phase::any;  ///< ... of this phase (--crash-phase)
   train::trainer_options options;
+  bool advise = false;      ///< --advise: probe each strategy x compressor, predict, train nothing
+  bool link_given = false;  ///< --link-gbps given: a cluster description for --strategy auto
+  bool strategy_given = false;    ///< --strategy allreduce|ps|hybrid: --advise compares only it
+  bool compressor_given = false;  ///< --compressor: --advise compares only it
+  /// Set by the advisor's probes: run() stores its report here instead of printing it.
+  struct probe_result* probe_out = nullptr;
   /// Under mpirun: this process's endpoint (one rank per process); null = ranks as threads.
   comm::any_transport* process = nullptr;
   [[nodiscard]] bool leader() const { return process == nullptr || process->rank() == 0; }
+};
+
+/// What one probe run of the advisor returns.
+struct probe_result {
+  train::train_report report;
+  std::uint64_t dense_floats = 0;
 };
 
 [[noreturn]] void usage(int code) {
@@ -143,6 +159,13 @@ struct flags {
       "                                with one full-duplex interface of G Gbit/s on a switch\n"
       "                                (a server answering many workers shares it)\n"
       "  --link-per-pair                 instead a dedicated G Gbit/s link per pair of ranks\n"
+      "  --advise                        predict the step time of every strategy x compressor on\n"
+      "                                the cluster of --workers / --servers / --link-gbps /\n"
+      "                                --link-latency-us (a few probe steps of each here, no "
+      "link;\n"
+      "                                docs/strategy-guide.md), print the ranking, train nothing;\n"
+      "                                --strategy / --compressor given: only those compared;\n"
+      "                                with --strategy auto, a --link-gbps makes auto use it\n"
       "  --pull-messages                 PS pulls as messages even in one process (by default\n"
       "                                they read the servers' rows directly when no link,\n"
       "                                straggler or fault is emulated; same results)\n"
@@ -270,13 +293,15 @@ flags parse(int argc, char** argv) {
       usage(0);
     else if (a == "--model")
       f.model = cli::parse_name(a, value(), {"dlrm", "wide_deep"});
-    else if (a == "--strategy")
+    else if (a == "--strategy") {
       f.strategy = cli::parse_name(a, value(), {"auto", "allreduce", "ps", "hybrid"});
-    else if (a == "--consistency")
+      f.strategy_given = f.strategy != "auto";
+    } else if (a == "--consistency")
       f.consistency = cli::parse_name(a, value(), {"sync", "async", "bounded"});
-    else if (a == "--compressor")
+    else if (a == "--compressor") {
       f.compressor = cli::parse_name(a, value(), {"none", "fp16", "int8", "topk"});
-    else if (a == "--fp16-pulls")
+      f.compressor_given = true;
+    } else if (a == "--fp16-pulls")
       f.options.fp16_pulls = true;
     else if (a == "--bottom-mlp")
       f.bottom_mlp = parse_widths(a, value());
@@ -331,8 +356,11 @@ flags parse(int argc, char** argv) {
       f.options.resume_from = value();
     else if (a == "--trace")
       f.options.trace_file = value();
-    else if (a == "--link-gbps")  // 1 Mbit/s .. 10 Tbit/s
+    else if (a == "--link-gbps") {  // 1 Mbit/s .. 10 Tbit/s
       link_gbps = real({1e-3, 1e4});
+      f.link_given = true;
+    } else if (a == "--advise")
+      f.advise = true;
     else if (a == "--link-latency-us")  // up to 10 s
       link_latency_us = real({0.0, 1e7});
     else if (a == "--link-per-pair")
@@ -545,8 +573,14 @@ template <class Trainer>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
          typename Trainer::optimizer_type optimizer,
          typename Trainer::dense_optimizer_type dense_optimizer, const datasets& d) {
-  const auto* eval = d.eval.size() > 0 ? &d.eval : nullptr;
+  const auto* eval = d.eval.size() > 0 && f.probe_out == nullptr ? &d.eval : nullptr;
   train::train_report r;
+  if (f.probe_out != nullptr) {  // an advisor's probe: threads, no link, nothing printed
+    Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
+    f.probe_out->report = trainer.fit(d.train, nullptr);
+    f.probe_out->dense_floats = typename Trainer::model_type(model_config).parameters().size();
+    return;
+  }
   if (f.process != nullptr) {
     Trainer trainer(model_config, optimizer, dense_optimizer, f.options, f.process->rank());
     r = trainer.fit(*f.process, d.train, eval);
@@ -715,6 +749,227 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
        cat("--strategy must be auto, allreduce, ps or hybrid, got '", strategy, "'"));
 }
 
+/// Builds the model the flags name and trains it (or runs one advisor probe: f.probe_out).
+void train_model(const flags& f, const datasets& d) {
+  if (f.model == "dlrm") {
+    models::dlrm::config c;
+    c.gemm = f.gemm;
+    c.embedding_dim = f.dim;
+    c.table_rows = {f.table_rows};
+    c.bottom_mlp.back() = f.dim;
+    if (f.tiny) {
+      c.bottom_mlp = {64, f.dim};
+      c.top_mlp = {64, 1};
+    }
+    if (!f.bottom_mlp.empty()) {
+      c.bottom_mlp = f.bottom_mlp;
+      c.bottom_mlp.push_back(f.dim);
+    }
+    if (!f.top_mlp.empty()) {
+      c.top_mlp = f.top_mlp;
+      c.top_mlp.push_back(1);
+    }
+    // Row-wise Adagrad for the tables and for the MLPs (the same optimizer type: one
+    // composition per strategy keeps the build time down), each with its own learning rate.
+    optim::adagrad opt;
+    opt.lr = f.lr > 0.0f ? f.lr : 0.02f;
+    optim::adagrad dense_opt = opt;
+    dense_opt.lr = f.dense_lr > 0.0f ? f.dense_lr : 0.01f;
+    if (f.gpu < 0) {
+      dispatch<models::dlrm>(f, c, opt, dense_opt, d);
+    } else {
+#if defined(STRATA_WITH_CUDA)
+      // The same model on the GPU: same fields, same parameters, same trainer policies.
+      const cuda::dlrm::config g{c, f.gpu};
+      if (f.leader()) log_line(cat("ctr_train: DLRM's dense part on CUDA device ", f.gpu));
+      dispatch<cuda::dlrm>(f, g, opt, dense_opt, d);
+#else
+      fail(errc::unsupported,
+           "--gpu: this ctr_train was built without CUDA (no nvcc when it was configured); "
+           "rebuild with the CUDA toolkit installed (-DSTRATA_CUDA=ON), or drop --gpu");
+#endif
+    }
+  } else if (f.model == "wide_deep") {
+    models::wide_deep::config c;
+    c.gemm = f.gemm;
+    c.deep_dim = f.dim;
+    c.table_rows = {f.table_rows};
+    if (f.tiny) c.deep_mlp = {64, 1};
+    if (!f.top_mlp.empty()) {
+      c.deep_mlp = f.top_mlp;
+      c.deep_mlp.push_back(1);
+    }
+    // As the Wide & Deep paper and its tutorials train it: Adagrad for the tables (the wide
+    // ones start at zero, as a linear model's weights), Adam for the deep MLP.
+    optim::adagrad opt;
+    opt.lr = f.lr > 0.0f ? f.lr : 0.05f;
+    optim::adam dense_opt;
+    dense_opt.lr = f.dense_lr > 0.0f ? f.dense_lr : 0.001f;
+    dispatch<models::wide_deep>(f, c, opt, dense_opt, d);
+  } else {
+    fail(errc::invalid_argument, cat("--model must be dlrm or wide_deep, got '", f.model, "'"));
+  }
+}
+
+/// One advisor probe: `strategy` with `codec` trained here for `steps` steps, as threads and
+/// without link emulation (pulls as messages, so every byte is counted).
+probe_result probe_once(const flags& f, const datasets& d, const std::string& strategy,
+                        const std::string& codec, std::size_t steps) {
+  flags p = f;
+  p.strategy = strategy;
+  p.compressor = codec;
+  p.process = nullptr;
+  p.options.link = {};
+  p.options.in_process_pulls = false;
+  p.options.progress = false;
+  p.options.eval_every = 0;
+  p.options.checkpoint_dir.clear();
+  p.options.resume = false;
+  p.options.resume_from.clear();
+  p.options.trace_file.clear();
+  p.options.max_steps = steps;
+  p.report_json.clear();
+  p.export_dir.clear();
+  probe_result r;
+  p.probe_out = &r;
+  train_model(p, d);
+  return r;
+}
+
+/// Probes `strategy` x `codec` twice (a short and a longer run: their difference is the cost
+/// of the steps alone, without start-up) and returns the advisor's per-step measurement.
+plan::measured_step probe(const flags& f, const datasets& d, const std::string& strategy,
+                          const std::string& codec, std::size_t short_steps,
+                          std::size_t long_steps) {
+  const auto a = probe_once(f, d, strategy, codec, short_steps);
+  const auto b = probe_once(f, d, strategy, codec, long_steps);
+  STRATA_EXPECTS(b.report.steps > a.report.steps, "--advise: the probe of ", strategy, " ran ",
+                 b.report.steps, " steps; it needs more than ", a.report.steps,
+                 " (give more data: --synthetic or --epochs)");
+  const double steps = static_cast<double>(b.report.steps - a.report.steps);
+  const auto per_step = [&](auto x, auto y) { return (static_cast<double>(y) - x) / steps; };
+  // W workers as threads on this machine's cores run each at cores / W of a host.
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double dilation = std::max(1.0, f.options.workers / cores);
+  plan::measured_step m;
+  m.strategy = strategy;
+  m.codec = codec;
+  m.workers = f.options.workers;
+  m.servers = strategy == "allreduce" ? 0 : f.options.servers;
+  m.local_seconds = per_step(a.report.seconds, b.report.seconds) / dilation;
+  const auto waiting = [](const train::train_report& r) {
+    return r.phase_seconds[train::pull_phase] + r.phase_seconds[train::push_phase];
+  };
+  m.server_wait_seconds =
+      strategy == "allreduce"
+          ? 0.0
+          : std::clamp(per_step(waiting(a.report), waiting(b.report)) / dilation, 0.0,
+                       m.local_seconds);
+  const double workers = f.options.workers;
+  m.ring_bytes =
+      per_step(a.report.bytes_worker_to_worker, b.report.bytes_worker_to_worker) / workers;
+  m.push_bytes =
+      per_step(a.report.bytes_worker_to_server, b.report.bytes_worker_to_server) / workers;
+  m.pull_bytes =
+      per_step(a.report.bytes_server_to_worker, b.report.bytes_server_to_worker) / workers;
+  for (std::size_t s = 0; s < b.report.server_stats.size() && s < a.report.server_stats.size();
+       ++s) {
+    m.server_in_bytes = std::max(
+        m.server_in_bytes,
+        per_step(a.report.server_stats[s].bytes_received, b.report.server_stats[s].bytes_received));
+    m.server_out_bytes = std::max(
+        m.server_out_bytes,
+        per_step(a.report.server_stats[s].bytes_sent, b.report.server_stats[s].bytes_sent));
+  }
+  if (strategy != "ps")
+    m.dense_ring_bytes = 2 * (workers - 1) / workers * 4.0 * static_cast<double>(b.dense_floats);
+  m.rank_ordered_sum = f.options.deterministic && codec == "none";
+  return m;
+}
+
+/// --advise (and --strategy auto with a cluster description): probes every candidate, prints
+/// the predicted ranking; auto then trains the fastest strategy with the given compressor.
+void advise(flags& f, const datasets& d) {
+  STRATA_EXPECTS(f.process == nullptr,
+                 "--advise runs its probes as threads of one process; run it without mpirun "
+                 "(with the cluster's --workers, --servers and --link-gbps)");
+  STRATA_EXPECTS(f.gpu < 0, "--advise: the probes train the CPU model; drop --gpu");
+  STRATA_EXPECTS(f.link_given,
+                 "--advise needs the cluster's network: --link-gbps G (and "
+                 "--link-latency-us U)");
+  const bool only_strategy = !f.advise;  // auto: the strategy only, with the given compressor
+  std::vector<std::string> strategies;
+  if (f.consistency == "sync") strategies.push_back("allreduce");
+  if (f.options.servers >= 1) {
+    strategies.push_back("ps");
+    strategies.push_back("hybrid");
+  } else {
+    log_line(
+        "--advise: --servers 0 (co-located shards) is not modelled; comparing allreduce "
+        "only — pass --servers S for the parameter-server strategies");
+  }
+  STRATA_EXPECTS(!strategies.empty(), "--advise: with --consistency ", f.consistency,
+                 " and --servers 0 there is nothing to compare (allreduce is sync only)");
+  if (f.strategy_given) {
+    STRATA_EXPECTS(std::ranges::find(strategies, f.strategy) != strategies.end(),
+                   "--advise: ", "--strategy ", f.strategy, " cannot run here (--consistency ",
+                   f.consistency, ", --servers ", f.options.servers, ")");
+    strategies = {f.strategy};
+  }
+  std::vector<std::string> codecs = {"none", "fp16", "int8", "topk"};
+  if (only_strategy || f.compressor_given) codecs = {f.compressor};
+  const std::size_t available = f.options.epochs * (d.train.size() / f.global_batch);
+  const std::size_t long_steps = std::min<std::size_t>(8, available);
+  const std::size_t short_steps = 2;
+  STRATA_EXPECTS(long_steps > short_steps, "--advise: the data holds ", available,
+                 " steps of --batch ", f.global_batch, "; the probes need at least ",
+                 short_steps + 1, " (give more --synthetic rows or --epochs)");
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<plan::measured_step> candidates;
+  for (const auto& s : strategies)
+    for (const auto& c : codecs)
+      if (!(s == "ps" && c == "topk"))
+        candidates.push_back(probe(f, d, s, c, short_steps, long_steps));
+  const double probe_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  plan::network net;
+  net.bandwidth_bytes_per_second = f.options.link.bandwidth_bytes_per_second;
+  net.latency_seconds = f.options.link.latency_seconds;
+  const auto a = plan::advise(candidates, net);
+  std::printf(
+      "advisor: %d workers, %d servers, %.4g Gbit/s, %.4g us per message; %zu probes in "
+      "%.1f s (%zu steps each, no link; per host: times / max(1, workers / %u cores))\n",
+      f.options.workers, f.options.servers, net.bandwidth_bytes_per_second * 8 / 1e9,
+      net.latency_seconds * 1e6, candidates.size(), probe_seconds, long_steps - short_steps,
+      std::max(1u, std::thread::hardware_concurrency()));
+  std::printf("%-10s %-6s %12s %12s %12s %14s %14s\n", "strategy", "codec", "step ms", "local ms",
+              "network ms", "MB/worker", "MB busiest");
+  for (const auto& p : a.ranked)
+    std::printf("%-10s %-6s %12.3f %12.3f %12.3f %14.3f %14.3f\n", p.probe.strategy.c_str(),
+                p.probe.codec.c_str(), 1e3 * p.step_seconds, 1e3 * p.probe.local_seconds,
+                1e3 * p.network_seconds, p.worker_bytes / 1e6, p.busiest_machine_bytes / 1e6);
+  std::printf("advice: %s\n", a.reason.c_str());
+  if (!f.report_json.empty() && f.advise) {
+    std::ofstream out(f.report_json);
+    if (!out) fail(errc::io_error, cat("--report-json: cannot write '", f.report_json, "'"));
+    out << "{\"advice\": [";
+    for (std::size_t i = 0; i < a.ranked.size(); ++i) {
+      const auto& p = a.ranked[i];
+      out << (i ? ", " : "") << "{\"strategy\": \"" << p.probe.strategy << "\", \"codec\": \""
+          << p.probe.codec << "\", \"step_ms\": " << 1e3 * p.step_seconds
+          << ", \"local_ms\": " << 1e3 * p.probe.local_seconds
+          << ", \"network_ms\": " << 1e3 * p.network_seconds
+          << ", \"worker_bytes\": " << p.worker_bytes
+          << ", \"busiest_bytes\": " << p.busiest_machine_bytes << "}";
+    }
+    out << "], \"probe_seconds\": " << probe_seconds << "}\n";
+    if (!out) fail(errc::io_error, cat("--report-json: writing '", f.report_json, "' failed"));
+  }
+  if (only_strategy) {
+    f.strategy = a.ranked.front().probe.strategy;
+    log_line(cat("--strategy auto: the advisor chose ", f.strategy, " (", a.reason, ")"));
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -778,64 +1033,8 @@ int main(int argc, char** argv) {
       log_line(cat("--max-steps ", f.options.max_steps, " is beyond the data: ", f.options.epochs,
                    " epoch(s) of ", d.train.size() / f.global_batch, " steps; training stops at ",
                    available, " (raise --epochs to train longer)"));
-    if (f.model == "dlrm") {
-      models::dlrm::config c;
-      c.gemm = f.gemm;
-      c.embedding_dim = f.dim;
-      c.table_rows = {f.table_rows};
-      c.bottom_mlp.back() = f.dim;
-      if (f.tiny) {
-        c.bottom_mlp = {64, f.dim};
-        c.top_mlp = {64, 1};
-      }
-      if (!f.bottom_mlp.empty()) {
-        c.bottom_mlp = f.bottom_mlp;
-        c.bottom_mlp.push_back(f.dim);
-      }
-      if (!f.top_mlp.empty()) {
-        c.top_mlp = f.top_mlp;
-        c.top_mlp.push_back(1);
-      }
-      // Row-wise Adagrad for the tables and for the MLPs (the same optimizer type: one
-      // composition per strategy keeps the build time down), each with its own learning rate.
-      optim::adagrad opt;
-      opt.lr = f.lr > 0.0f ? f.lr : 0.02f;
-      optim::adagrad dense_opt = opt;
-      dense_opt.lr = f.dense_lr > 0.0f ? f.dense_lr : 0.01f;
-      if (f.gpu < 0) {
-        dispatch<models::dlrm>(f, c, opt, dense_opt, d);
-      } else {
-#if defined(STRATA_WITH_CUDA)
-        // The same model on the GPU: same fields, same parameters, same trainer policies.
-        const cuda::dlrm::config g{c, f.gpu};
-        if (f.leader()) log_line(cat("ctr_train: DLRM's dense part on CUDA device ", f.gpu));
-        dispatch<cuda::dlrm>(f, g, opt, dense_opt, d);
-#else
-        fail(errc::unsupported,
-             "--gpu: this ctr_train was built without CUDA (no nvcc when it was configured); "
-             "rebuild with the CUDA toolkit installed (-DSTRATA_CUDA=ON), or drop --gpu");
-#endif
-      }
-    } else if (f.model == "wide_deep") {
-      models::wide_deep::config c;
-      c.gemm = f.gemm;
-      c.deep_dim = f.dim;
-      c.table_rows = {f.table_rows};
-      if (f.tiny) c.deep_mlp = {64, 1};
-      if (!f.top_mlp.empty()) {
-        c.deep_mlp = f.top_mlp;
-        c.deep_mlp.push_back(1);
-      }
-      // As the Wide & Deep paper and its tutorials train it: Adagrad for the tables (the wide
-      // ones start at zero, as a linear model's weights), Adam for the deep MLP.
-      optim::adagrad opt;
-      opt.lr = f.lr > 0.0f ? f.lr : 0.05f;
-      optim::adam dense_opt;
-      dense_opt.lr = f.dense_lr > 0.0f ? f.dense_lr : 0.001f;
-      dispatch<models::wide_deep>(f, c, opt, dense_opt, d);
-    } else {
-      fail(errc::invalid_argument, cat("--model must be dlrm or wide_deep, got '", f.model, "'"));
-    }
+    if (f.advise || (f.strategy == "auto" && f.link_given && f.process == nullptr)) advise(f, d);
+    if (!f.advise) train_model(f, d);
     return 0;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,

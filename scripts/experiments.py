@@ -52,6 +52,12 @@ class Runner:
         self.tmp = tempfile.mkdtemp(prefix="strata-experiments-")
         self.count = 0
 
+    def advise(self, args):
+        """ctr_train --advise with `args` (the cluster's real link, not dilated): the advisor's
+        predictions by (strategy, codec), host-equivalent milliseconds per step."""
+        r = self.run(["--advise", *args])
+        return {(a["strategy"], a["codec"]): a for a in r["advice"]}
+
     def run(self, args):
         """Runs ctr_train with `args`; returns its report (dict) plus the wall seconds."""
         self.count += 1
@@ -95,6 +101,11 @@ def write_csv(path, rows):
     print(f"wrote {path} ({len(rows)} rows)")
 
 
+def advisor_columns(predicted, measured_ms):
+    return {"advisor_step_ms": predicted["step_ms"],
+            "advisor_error": predicted["step_ms"] / measured_ms - 1}
+
+
 def synthetic(global_batch, n_steps, eval_samples=0):
     return ["--synthetic", global_batch * n_steps, "--eval-samples", eval_samples]
 
@@ -110,10 +121,12 @@ def experiment_share(run, quick):
                                    for s in shares]:
         emb_floats = share / (1 - share) * DENSE_FLOATS_KAGGLE
         table_rows = max(16, round(emb_floats / (TABLES * DIM)))
+        shape = ["--workers", workers, "--servers", 2, "--batch", batch, "--table-rows",
+                 table_rows, "--distinct-ids", 1_000_000, "--compressor", "none"]
+        advice = run.advise([*shape, "--link-gbps", link[0], "--link-latency-us", link[1],
+                             *synthetic(batch, n_steps)])
         for strategy in ["allreduce", "ps", "hybrid"]:
-            r = run.run(["--strategy", strategy, "--workers", workers, "--servers", 2,
-                         "--batch", batch, "--table-rows", table_rows, "--distinct-ids", 1_000_000,
-                         "--compressor", "none", *link_flags(link, workers),
+            r = run.run(["--strategy", strategy, *shape, *link_flags(link, workers),
                          *synthetic(batch, n_steps)])
             assert r["dense_floats"] == DENSE_FLOATS_KAGGLE, r["dense_floats"]
             total = r["embedding_floats"] + r["dense_floats"]
@@ -126,7 +139,8 @@ def experiment_share(run, quick):
                          "bytes_received_per_worker_step":
                              (r["bytes_worker_to_worker"] + r["bytes_server_to_worker"])
                              / workers / steps(r),
-                         "dense_floats": r["dense_floats"]})
+                         "dense_floats": r["dense_floats"],
+                         **advisor_columns(advice[(strategy, "none")], step_ms(r))})
     return rows
 
 
@@ -190,10 +204,12 @@ def experiment_compression(run, quick):
     for link_name, link in [("10GbE", LAN), ("1Gbps", WAN)]:
         for codec, extra in codecs:
             name = codec + ("+fp16 pulls" if extra else "")
-            r = run.run(["--strategy", "hybrid", "--workers", workers, "--servers", 2,
-                         "--batch", batch, "--table-rows", 50_000, "--distinct-ids", 20_000,
-                         "--compressor", codec, *extra, *link_flags(link, workers),
-                         "--eval-every", eval_every,
+            shape = ["--strategy", "hybrid", "--workers", workers, "--servers", 2, "--batch",
+                     batch, "--table-rows", 50_000, "--distinct-ids", 20_000, "--compressor",
+                     codec, *extra]
+            advice = run.advise([*shape, "--link-gbps", link[0], "--link-latency-us", link[1],
+                                 *synthetic(batch, n_steps)])
+            r = run.run([*shape, *link_flags(link, workers), "--eval-every", eval_every,
                          *synthetic(batch, n_steps, 20_000)])
             total_bytes = (r["bytes_worker_to_worker"] + r["bytes_worker_to_server"]
                            + r["bytes_server_to_worker"])
@@ -203,7 +219,8 @@ def experiment_compression(run, quick):
                          "push_bytes_per_step": r["bytes_worker_to_server"] / steps(r),
                          "pull_bytes_per_step": r["bytes_server_to_worker"] / steps(r),
                          "eval_auc": r["eval_auc"], "teacher_auc": r["teacher_auc"],
-                         "train_seconds": r["seconds"] / dilation(workers)})
+                         "train_seconds": r["seconds"] / dilation(workers),
+                         **advisor_columns(advice[("hybrid", codec)], step_ms(r))})
             for e in r["evals"]:
                 curves.append({"link": link_name, "codec": name, "step": e["step"],
                                "train_seconds": e["train_seconds"] / dilation(workers),
@@ -389,6 +406,9 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--data-dir", default="docs/data")
     parser.add_argument("--img-dir", default="docs/img")
+    parser.add_argument("--check-advisor", type=float, default=None, metavar="TOL",
+                        help="fail unless every advisor prediction (experiments 1 and 3) is "
+                             "within TOL (e.g. 0.25) of the measured step time")
     args = parser.parse_args()
     only = {int(x) for x in args.only.split(",") if x}
     run = Runner(args.ctr_train, args.quick, sys.stdout)
@@ -416,6 +436,15 @@ def main():
         write_csv(os.path.join(args.data_dir, "strategy_compression_curves.csv"),
                   results["compression_curves"])
     plot_all(results, args.img_dir)
+    checked = [r for key in ["share", "compression"] for r in results.get(key, [])]
+    if checked:
+        worst = max(checked, key=lambda r: abs(r["advisor_error"]))
+        print(f"advisor: {len(checked)} predictions, worst error {worst['advisor_error']:+.1%} "
+              f"({worst.get('link')}, {worst.get('strategy', 'hybrid')}, "
+              f"{worst.get('codec', 'none')})")
+        if args.check_advisor is not None and abs(worst["advisor_error"]) > args.check_advisor:
+            raise SystemExit(f"experiments.py: the advisor's prediction is off by "
+                             f"{worst['advisor_error']:+.1%}, beyond {args.check_advisor:.0%}")
     print("load average after: %.2f %.2f %.2f" % os.getloadavg())
     print(f"experiments.py: {run.count} runs in {time.monotonic() - started:.0f} s")
     return 0

@@ -158,6 +158,43 @@ TEST_CASE("per-rank interfaces: messages to one rank share its incoming side",
   REQUIRE(elapsed < 5.0);
 }
 
+TEST_CASE("per-rank interfaces: a busy receiver does not hold up the sender's other messages",
+          "[comm][thread_world]") {
+  // Ranks 1 and 2 each send 1 MB to rank 0, then rank 2 sends 1 MB to rank 3, over 100 MB/s
+  // interfaces (10 ms a message).
+  thread_world world(4, {.link = {.bandwidth_bytes_per_second = 100e6, .per_rank_nic = true}});
+  using clock = std::chrono::steady_clock;
+  std::array<clock::time_point, 4> sent_at{};
+  std::atomic<bool> first_sent{false};
+  double to_zero = 0, to_three = 0;
+  run_all(world, [&](thread_transport& t) {
+    std::vector<std::byte> payload(1'000'000);
+    barrier(t);
+    if (t.rank() == 0) {
+      t.recv(1, 1, payload);
+      t.recv(2, 1, payload);
+      to_zero = std::chrono::duration<double>(clock::now() - sent_at[2]).count();
+    } else if (t.rank() == 3) {
+      t.recv(2, 1, payload);
+      to_three = std::chrono::duration<double>(clock::now() - sent_at[2]).count();
+    } else {
+      if (t.rank() == 2)
+        while (!first_sent.load())  // rank 1's message is queued at rank 0 first
+          std::this_thread::yield();
+      sent_at[static_cast<std::size_t>(t.rank())] = clock::now();
+      t.send(0, 1, payload);
+      if (t.rank() == 1) first_sent.store(true);
+      if (t.rank() == 2) t.send(3, 1, payload);
+    }
+  });
+  // Rank 2 starts ε after rank 1: its message to 0 arrives at 20 ms − ε (behind rank 1's), its
+  // message to 3 at 20 ms (after its first left its interface). Were the sender held until
+  // rank 0's side was free, the second would arrive at 30 ms − ε.
+  REQUIRE(to_zero >= 0.0095);
+  REQUIRE(to_three >= 0.0195);
+  REQUIRE(to_three < to_zero + 0.0095);
+}
+
 TEST_CASE("injected fault stops every rank", "[comm][thread_world]") {
   thread_world world(3, {.timeout_seconds = 10, .fail_on_send = {0, 2, 0}});
   REQUIRE_THROWS_WITH(world.run([](thread_transport& t) {

@@ -37,10 +37,15 @@ namespace strata::comm {
 /// messages queue behind each other depends on `per_rank_nic`:
 /// - false (a dedicated link per pair of ranks): messages on one (source, destination) link
 ///   queue; a rank talking to k peers at once moves k × the bandwidth.
-/// - true (one full-duplex network interface per rank, as hosts on a switch): a message holds
-///   its sender's outgoing and its receiver's incoming side for size / bandwidth, so a server
-///   answering 8 workers shares its one interface between them — the traffic concentration a
-///   parameter server meets on a real network.
+/// - true (one full-duplex network interface per rank, as hosts on a switch): a message is sent
+///   on its sender's outgoing side for size / bandwidth, after the sender's earlier messages,
+///   and delivered on its receiver's incoming side for size / bandwidth in the first interval
+///   that side is free from the moment its sending starts (a switch port: the side is never
+///   idle while a message waits for it, whatever order the messages were posted in). The
+///   switch buffers between the two sides, so a sender whose receiver is busy goes on with its
+///   next message to another rank (no head-of-line blocking). A server answering 8
+///   workers shares its one interface between them: the traffic concentration a parameter
+///   server meets on a real network.
 struct link_model {
   double latency_seconds = 0.0;
   double bandwidth_bytes_per_second = 0.0;  ///< 0 = unlimited (shared memory speed)
@@ -202,7 +207,11 @@ struct world_state {
   int first_failed_rank = -1;
   /// link_model::per_rank_nic: when each rank's outgoing / incoming interface is idle.
   std::mutex nic_mutex;
-  std::vector<clock::time_point> nic_out_free, nic_in_free;
+  /// Outgoing sides send in posting order; an incoming side delivers each message in the
+  /// first free interval after its sending starts (nic_in_busy: the reserved intervals, by
+  /// start, ending after now).
+  std::vector<clock::time_point> nic_out_free;
+  std::vector<std::vector<std::pair<clock::time_point, clock::time_point>>> nic_in_busy;
   bool checksums = false;  ///< options.checksums, or a fault plan
   /// Per fault of the plan: sends matched so far, and whether it acted (reset by each run).
   std::unique_ptr<std::atomic<std::uint64_t>[]> fault_matches;
@@ -221,7 +230,7 @@ struct world_state {
     fault_matches = std::make_unique<std::atomic<std::uint64_t>[]>(options.faults.size());
     fault_fired = std::make_unique<std::atomic<bool>[]>(options.faults.size());
     nic_out_free.assign(static_cast<std::size_t>(n), clock::time_point{});
-    nic_in_free.assign(static_cast<std::size_t>(n), clock::time_point{});
+    nic_in_busy.resize(static_cast<std::size_t>(n));
     mailboxes.reserve(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
       mailboxes.push_back(std::make_unique<mailbox>());
@@ -487,12 +496,24 @@ class thread_transport {
                 : detail::clock::duration{};
         detail::clock::time_point done;
         if (model.per_rank_nic) {
-          // Both interfaces are busy for the transfer (box.mutex, then nic_mutex: one order).
+          // Sent on this rank's outgoing side, queued at the switch for the receiver's incoming
+          // side (box.mutex, then nic_mutex: one order).
           std::lock_guard nic(world_->nic_mutex);
           auto& out = world_->nic_out_free[static_cast<std::size_t>(rank_)];
-          auto& in = world_->nic_in_free[static_cast<std::size_t>(peer)];
-          done = std::max({message.ready, out, in}) + transfer;
-          out = in = done;
+          auto& in = world_->nic_in_busy[static_cast<std::size_t>(peer)];
+          const auto sending = std::max(message.ready, out);
+          out = sending + transfer;
+          std::erase_if(in, [&](const auto& busy) { return busy.second <= message.ready; });
+          // The earliest gap of `transfer` on the incoming side from `sending` on: a message
+          // posted later but sent earlier goes first, as at a switch port.
+          auto start = sending;
+          auto at = in.begin();
+          for (; at != in.end(); ++at) {
+            if (start + transfer <= at->first) break;
+            start = std::max(start, at->second);
+          }
+          done = start + transfer;
+          in.insert(at, {start, done});
         } else {
           auto& free_at = box.link_free[static_cast<std::size_t>(rank_)];
           done = std::max(message.ready, free_at) + transfer;

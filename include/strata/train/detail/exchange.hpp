@@ -33,9 +33,10 @@ void ordered_allreduce(T& t, std::span<V> data) {
   const int rank = t.rank();
   const auto mine =
       comm::detail::split(data.size(), static_cast<std::size_t>(n), static_cast<std::size_t>(rank));
-  // Send every other rank its segment of my values.
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == rank) continue;
+  // Send every other rank its segment of my values, starting with the next rank: each rank
+  // starts on a different peer, so no rank's interface receives from everyone at once.
+  for (int i = 1; i < n; ++i) {
+    const int peer = (rank + i) % n;
     const auto seg = comm::detail::split(data.size(), static_cast<std::size_t>(n),
                                          static_cast<std::size_t>(peer));
     t.send(peer, ordered_tag, std::as_bytes(data.subspan(seg.begin, seg.size())));
@@ -74,8 +75,8 @@ template <comm::transport T>
 std::vector<std::vector<std::byte>> allgatherv(T& t, std::span<const std::byte> mine) {
   const int n = t.size();
   std::vector<std::vector<std::byte>> all(static_cast<std::size_t>(n));
-  for (int peer = 0; peer < n; ++peer)
-    if (peer != t.rank()) t.send(peer, gatherv_tag, mine);
+  for (int i = 1; i < n; ++i)  // staggered, as in ordered_allreduce
+    t.send((t.rank() + i) % n, gatherv_tag, mine);
   for (int peer = 0; peer < n; ++peer) {
     if (peer == t.rank())
       all[static_cast<std::size_t>(peer)].assign(mine.begin(), mine.end());
