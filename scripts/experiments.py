@@ -101,6 +101,15 @@ def write_csv(path, rows):
     print(f"wrote {path} ({len(rows)} rows)")
 
 
+def training_step_ms(r):
+    """Host-equivalent milliseconds per step without the evaluations (worker 0's training
+    time at the last evaluation), else step_ms."""
+    last = max(r["evals"], key=lambda e: e["step"], default=None)
+    if last is None or last["step"] == 0:
+        return step_ms(r)
+    return 1000.0 * last["train_seconds"] / last["step"] / dilation(r["workers"])
+
+
 def advisor_columns(predicted, measured_ms):
     return {"advisor_step_ms": predicted["step_ms"],
             "advisor_error": predicted["step_ms"] / measured_ms - 1}
@@ -220,7 +229,8 @@ def experiment_compression(run, quick):
                          "pull_bytes_per_step": r["bytes_server_to_worker"] / steps(r),
                          "eval_auc": r["eval_auc"], "teacher_auc": r["teacher_auc"],
                          "train_seconds": r["seconds"] / dilation(workers),
-                         **advisor_columns(advice[("hybrid", codec)], step_ms(r))})
+                         "step_ms": training_step_ms(r),
+                         **advisor_columns(advice[("hybrid", codec)], training_step_ms(r))})
             for e in r["evals"]:
                 curves.append({"link": link_name, "codec": name, "step": e["step"],
                                "train_seconds": e["train_seconds"] / dilation(workers),
