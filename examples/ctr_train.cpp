@@ -427,6 +427,14 @@ flags parse(int argc, char** argv) {
                  "its N-th send of that phase)");
   STRATA_EXPECTS(f.strategy != "allreduce" || f.consistency == "sync",
                  "--strategy allreduce is always synchronous; use --consistency sync");
+  STRATA_EXPECTS(!f.advise || f.link_given,
+                 "--advise needs the cluster's network: --link-gbps G "
+                 "(and --link-latency-us U)");
+  STRATA_EXPECTS(!f.advise || f.gpu < 0, "--advise: the probes train the CPU model; drop --gpu");
+  STRATA_EXPECTS(!f.advise || f.consistency == "sync" || f.options.servers >= 1,
+                 "--advise: with --consistency ", f.consistency,
+                 " and --servers 0 there is nothing to compare (allreduce is sync only; the "
+                 "advisor models dedicated servers: pass --servers S)");
   STRATA_EXPECTS(f.data.empty() || !f.synthetic_given,
                  "--data and --synthetic both given: train on one of them");
   STRATA_EXPECTS(f.eval_data.empty() || !f.data.empty(),
@@ -1033,7 +1041,8 @@ int main(int argc, char** argv) {
       log_line(cat("--max-steps ", f.options.max_steps, " is beyond the data: ", f.options.epochs,
                    " epoch(s) of ", d.train.size() / f.global_batch, " steps; training stops at ",
                    available, " (raise --epochs to train longer)"));
-    if (f.advise || (f.strategy == "auto" && f.link_given && f.process == nullptr)) advise(f, d);
+    if (f.advise || (f.strategy == "auto" && f.link_given && f.process == nullptr && f.gpu < 0))
+      advise(f, d);
     if (!f.advise) train_model(f, d);
     return 0;
   } catch (const std::bad_alloc&) {

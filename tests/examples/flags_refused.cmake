@@ -31,6 +31,8 @@ set(cases
   "1|--compressor: 'int4' is not accepted~ accepted: none, fp16, int8, topk|--compressor|int4|${nodata}"
   "1|--compressor topk sparsifies the dense allreduce, which --strategy ps does not run|--strategy|ps|--compressor|topk|${nodata}"
   "1|--straggler 9:2: there are 4 workers (0 to 3)|--straggler|9:2|${nodata}"
+  "1|--advise needs the cluster's network: --link-gbps G|--advise|${nodata}"
+  "1|--advise: with --consistency async and --servers 0 there is nothing to compare|--advise|--link-gbps|10|--consistency|async|--servers|0|${nodata}"
   "1|--straggler: '0.5' is out of range~ accepted: [1, 1000]|--straggler|1:0.5"
   "1|--straggler '3' must be WORKER:FACTOR|--straggler|3"
   "1|--bottom-mlp: '0' is out of range~ accepted: integers 1 .. 65536|--bottom-mlp|512-0"
