@@ -828,6 +828,9 @@ probe_result probe_once(const flags& f, const datasets& d, const std::string& st
   p.compressor = codec;
   p.process = nullptr;
   p.options.link = {};
+  p.options.faults.clear();  // a rehearsed crash belongs to the training run, not its probes
+  p.options.fail_rank = -1;
+  p.options.fail_on_send = 0;
   p.options.in_process_pulls = false;
   p.options.progress = false;
   p.options.eval_every = 0;

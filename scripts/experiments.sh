@@ -3,7 +3,7 @@
 # 12: the build's packages and python3-matplotlib), builds ctr_train as scripts/demo.sh does,
 # then runs every experiment — one ctr_train process per configuration, ranks as threads with
 # emulated links — writing CSV into docs/data/ and PNG plots into docs/img/.
-#   scripts/experiments.sh                # all six experiments (84 runs, about 14 minutes here)
+#   scripts/experiments.sh                # all six experiments (about 12 minutes here)
 #   scripts/experiments.sh --only 1,3     # some of them
 #   scripts/experiments.sh --quick --data-dir /tmp/d --img-dir /tmp/i   # a smoke run
 set -euo pipefail

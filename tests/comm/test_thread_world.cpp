@@ -160,15 +160,15 @@ TEST_CASE("per-rank interfaces: messages to one rank share its incoming side",
 
 TEST_CASE("per-rank interfaces: a busy receiver does not hold up the sender's other messages",
           "[comm][thread_world]") {
-  // Ranks 1 and 2 each send 1 MB to rank 0, then rank 2 sends 1 MB to rank 3, over 100 MB/s
-  // interfaces (10 ms a message).
+  // Ranks 1 and 2 each send 10 MB to rank 0, then rank 2 sends 10 MB to rank 3, over 100 MB/s
+  // interfaces (100 ms a message: wide margins for a loaded machine's wake-ups).
   thread_world world(4, {.link = {.bandwidth_bytes_per_second = 100e6, .per_rank_nic = true}});
   using clock = std::chrono::steady_clock;
   std::array<clock::time_point, 4> sent_at{};
   std::atomic<bool> first_sent{false};
   double to_zero = 0, to_three = 0;
   run_all(world, [&](thread_transport& t) {
-    std::vector<std::byte> payload(1'000'000);
+    std::vector<std::byte> payload(10'000'000);
     barrier(t);
     if (t.rank() == 0) {
       t.recv(1, 1, payload);
@@ -187,12 +187,12 @@ TEST_CASE("per-rank interfaces: a busy receiver does not hold up the sender's ot
       if (t.rank() == 2) t.send(3, 1, payload);
     }
   });
-  // Rank 2 starts ε after rank 1: its message to 0 arrives at 20 ms − ε (behind rank 1's), its
-  // message to 3 at 20 ms (after its first left its interface). Were the sender held until
-  // rank 0's side was free, the second would arrive at 30 ms − ε.
-  REQUIRE(to_zero >= 0.0095);
-  REQUIRE(to_three >= 0.0195);
-  REQUIRE(to_three < to_zero + 0.0095);
+  // Rank 2 starts ε after rank 1: its message to 0 arrives at 200 ms − ε (behind rank 1's), its
+  // message to 3 at 200 ms (after its first left its interface). Were the sender held until
+  // rank 0's side was free, the second would arrive at 300 ms − ε.
+  REQUIRE(to_zero >= 0.095);
+  REQUIRE(to_three >= 0.195);
+  REQUIRE(to_three < to_zero + 0.095);
 }
 
 TEST_CASE("injected fault stops every rank", "[comm][thread_world]") {

@@ -95,6 +95,13 @@ TEST_CASE("a parameter server's phases are paced by its busiest interface") {
   const auto h = plan::predict(hybrid, net);
   CHECK(h.latency_rounds == 2 * 3 + 4);
   CHECK(h.network_seconds == Approx(10 * 500e-6 + (3e6 + 4.0e6 + 4.2e6) / 1.25e8).epsilon(1e-12));
+  // ... but the next step's pull runs beside the ring: the step pays the push, then the
+  // longer of the two.
+  const double ring_part = 6 * 500e-6 + 3e6 / 1.25e8;
+  const double pull_part = 2 * 500e-6 + 4.0e6 / 1.25e8;
+  const double push_part = 2 * 500e-6 + 4.2e6 / 1.25e8;
+  CHECK(h.step_seconds ==
+        Approx(0.012 + push_part + std::max(ring_part, pull_part)).epsilon(1e-12));
 }
 
 TEST_CASE("advise ranks by predicted step time and names why") {

@@ -16,11 +16,13 @@
 ///              carries its blob to N−1 peers)
 ///   ps:        pull (request + reply: 2 rounds, bytes = max(worker in, busiest server out))
 ///              + push (2 rounds with the server's acknowledgement, max(worker out, server in))
-///   hybrid:    the dense ring, plus the rows' pull and push through the servers
+///   hybrid:    the dense ring beside the rows' pull, after their push
 ///
-/// Step time = the probe's step without its wait on the servers + the ring's network time +
-/// the longer of the servers' transfers and that wait (servers work while transfers run); the
-/// candidate with the lowest predicted step time is advised. Times are per host: a probe of W
+/// Step time = the probe's step without its wait on the servers + the exchange: push, then the
+/// ring and the next step's pull side by side (the trainer begins that pull right after the
+/// push) — or the ring plus the wait on the servers when their work takes longer than their
+/// transfers (servers work while transfers run). The candidate with the lowest predicted step
+/// time is advised. Times are per host: a probe of W
 /// workers as threads on C cores runs each worker on C / W of a core, so its times are divided by
 /// max(1, W / C) (hosts are taken to have this machine's cores). Accuracy is checked against
 /// emulated runs in docs/strategy-guide.md (scripts/experiments.py) and
@@ -110,7 +112,7 @@ inline void check_probe(const measured_step& m) {
   p.probe = m;
   const double bw = net.bandwidth_bytes_per_second;
   const double n = m.workers;
-  double rounds = 0, transfer = 0, server_transfer = 0;
+  double rounds = 0, transfer = 0, pull_seconds = 0, push_seconds = 0;
   const bool ring = m.strategy != "ps" && m.workers > 1;
   const bool servers = m.strategy != "allreduce";
   if (ring) {
@@ -130,14 +132,16 @@ inline void check_probe(const measured_step& m) {
   const double ring_seconds = rounds * net.latency_seconds + transfer;
   if (servers) {
     rounds += 4;  // pull request + reply, push + acknowledgement
-    server_transfer = 4 * net.latency_seconds + std::max(m.pull_bytes, m.server_out_bytes) / bw +
-                      std::max(m.push_bytes, m.server_in_bytes) / bw;
+    pull_seconds = 2 * net.latency_seconds + std::max(m.pull_bytes, m.server_out_bytes) / bw;
+    push_seconds = 2 * net.latency_seconds + std::max(m.push_bytes, m.server_in_bytes) / bw;
   }
   p.latency_rounds = rounds;
-  p.network_seconds = ring_seconds + server_transfer;
-  // The servers work while the pushes arrive and the replies leave: the longer of the two.
-  p.step_seconds = m.local_seconds - m.server_wait_seconds + ring_seconds +
-                   std::max(server_transfer, m.server_wait_seconds);
+  p.network_seconds = ring_seconds + pull_seconds + push_seconds;
+  // The trainer begins the next step's pull right after the push, so under hybrid the pull
+  // runs while the dense ring does; the servers work while their transfers run.
+  const double exchange = push_seconds + std::max(ring_seconds, pull_seconds);
+  p.step_seconds = m.local_seconds - m.server_wait_seconds +
+                   std::max(exchange, ring_seconds + m.server_wait_seconds);
   p.worker_bytes = 2 * m.ring_bytes + m.push_bytes + m.pull_bytes;
   p.busiest_machine_bytes = std::max(p.worker_bytes, m.server_in_bytes + m.server_out_bytes);
   return p;
