@@ -904,10 +904,8 @@ void advise(flags& f, const datasets& d) {
   STRATA_EXPECTS(f.process == nullptr,
                  "--advise runs its probes as threads of one process; run it without mpirun "
                  "(with the cluster's --workers, --servers and --link-gbps)");
-  STRATA_EXPECTS(f.gpu < 0, "--advise: the probes train the CPU model; drop --gpu");
-  STRATA_EXPECTS(f.link_given,
-                 "--advise needs the cluster's network: --link-gbps G (and "
-                 "--link-latency-us U)");
+  // parse() refuses --advise without --link-gbps or with --gpu; --strategy auto comes here
+  // only with both settled.
   const bool only_strategy = !f.advise;  // auto: the strategy only, with the given compressor
   std::vector<std::string> strategies;
   if (f.consistency == "sync") strategies.push_back("allreduce");
