@@ -18,6 +18,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@
 #include "strata/compress/topk.hpp"
 #include "strata/core/cli.hpp"
 #include "strata/data/criteo.hpp"
+#include "strata/data/ctr_binary.hpp"
 #include "strata/data/synthetic.hpp"
 #include "strata/embedding/local.hpp"
 #include "strata/embedding/sharded.hpp"
@@ -74,6 +76,10 @@ struct flags {
   bool synthetic_given = false;
   std::size_t eval_samples = 20'000;
   std::uint64_t table_rows = 100'000;
+  bool table_rows_given = false;
+  /// The hashing of converted data (--data DIR of .ctrb files): its seed, which also hashes
+  /// --eval-data TSV and goes into an exported bundle (unset: --seed, as TSV is read).
+  std::optional<std::uint64_t> hash_seed;
   std::uint64_t distinct_ids = 200;
   std::size_t dim = 16;
   nn::gemm_engine gemm = nn::default_gemm_engine;  ///< --gemm: the MLPs' matrix library
@@ -138,6 +144,15 @@ struct probe_result {
       "  --epochs E --max-steps N\n"
       "  --seed S\n"
       "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
+      "  --data DIR|FILE.ctrb [--eval-data DIR|FILE.ctrb|FILE.tsv]   converted days\n"
+      "                                (strata_convert): memory-mapped, resident memory bounded\n"
+      "                                by the shuffle window; tables' rows from the files\n"
+      "  --data-shards N                 converted data: shards each epoch's chunks are dealt\n"
+      "                                into (default: one per worker, each reads only its own;\n"
+      "                                equal N gives the same batches at any worker count\n"
+      "                                dividing it)\n"
+      "  --shuffle-window N              converted data: examples shuffled together per shard\n"
+      "                                (default 262144)\n"
       "  --eval-samples N (held-out synthetic rows) --eval-every STEPS\n"
       "  --table-rows R (hash buckets per feature) --dim D\n"
       "  --distinct-ids K (synthetic: ids per categorical feature, Zipf-distributed)\n"
@@ -340,8 +355,13 @@ flags parse(int argc, char** argv) {
       f.eval_samples = integer(std::size_t{0}, std::size_t{1'000'000'000});
     else if (a == "--eval-every")
       f.options.eval_every = integer(std::size_t{0}, std::size_t{many});
-    else if (a == "--table-rows")
+    else if (a == "--table-rows") {
       f.table_rows = integer(std::uint64_t{1}, many);
+      f.table_rows_given = true;
+    } else if (a == "--data-shards")
+      f.options.data_shards = integer(std::size_t{1}, std::size_t{1} << 20);
+    else if (a == "--shuffle-window")
+      f.options.shuffle_window = integer(std::size_t{1}, std::size_t{1} << 32);
     else if (a == "--distinct-ids")
       f.distinct_ids = integer(std::uint64_t{1}, many);
     else if (a == "--dim")
@@ -470,25 +490,88 @@ flags parse(int argc, char** argv) {
   return f;
 }
 
-/// Loads or generates the data; returns (train, eval, teacher AUC or -1).
+/// The data (train, eval: in memory, or converted files mapped), and the teacher AUC or -1.
 struct datasets {
-  data::ctr_dataset train, eval;
+  std::unique_ptr<const data::example_source> train, eval;
   double teacher_auc = -1;
 };
+
+/// Steps in one epoch of `data` for this run (as the trainer walks it).
+std::size_t steps_per_epoch(const flags& f, const data::example_source& data) {
+  return data.steps_per_epoch({.world_size = static_cast<std::size_t>(f.options.workers),
+                               .rank = 0,
+                               .global_batch = f.global_batch,
+                               .seed = f.options.seed,
+                               .data_shards = f.options.data_shards,
+                               .shuffle_window = f.options.shuffle_window});
+}
+
+/// Converted data: a folder or a .ctrb file (TSV otherwise).
+bool is_converted(const std::string& path) {
+  return !path.empty() && (std::filesystem::is_directory(path) ||
+                           std::filesystem::path(path).extension() == data::ctr_binary_extension);
+}
+
+/// Converted --data fixes the hashing: the tables' rows come from the files (a different
+/// --table-rows is refused: the keys were hashed into the files' rows), and its seed hashes
+/// --eval-data TSV and an exported bundle's raw inputs.
+void adopt_file_hashing(flags& f) {
+  if (!is_converted(f.data)) return;
+  const data::ctr_files files(f.data);
+  const auto& rows = files.schema().table_rows;
+  const std::uint64_t largest = *std::max_element(rows.begin(), rows.end());
+  STRATA_EXPECTS(!f.table_rows_given || f.table_rows == largest, "--table-rows ", f.table_rows,
+                 ": the converted data in ", f.data, " was hashed into tables of ", largest,
+                 " rows; drop --table-rows (it is taken from the files) or convert again");
+  f.table_rows = largest;
+  f.hash_seed = files.schema().hash_seed;
+}
 
 datasets load_data(const flags& f) {
   datasets d;
   data::criteo_options reader;
   reader.table_rows = {f.table_rows};
   reader.skip_bad_lines = f.skip_bad_lines;
-  reader.hash_seed = f.options.seed;
-  if (!f.data.empty()) {
+  reader.hash_seed = f.hash_seed.value_or(f.options.seed);
+  const auto load = [&](const std::string& path,
+                        const char* what) -> std::unique_ptr<const data::example_source> {
+    if (is_converted(path)) {
+      auto files = std::make_unique<const data::ctr_files>(path);
+      if (f.leader()) log_line(cat(what, " data: ", files->describe()));
+      return files;
+    }
+    // A TSV is loaded whole (about 1.05 bytes of memory per byte of file: 270 B an example
+    // from ~257 B a line): refuse one that cannot fit before reading it.
+    std::error_code missing;  // a missing file is reported by the reader, with its remedy
+    const auto size = std::filesystem::file_size(path, missing);
+    const double needed = missing ? 0.0 : 1.05 * static_cast<double>(size);
+    const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<double>(::sysconf(_SC_PAGESIZE));
+    if (memory > 0 && needed > 0.8 * memory)
+      fail(errc::out_of_range,
+           cat("--data ", path, ": a TSV is loaded into memory (about ", needed / (1 << 30),
+               " GiB for this file) but this machine has ", memory / (1 << 30),
+               " GiB; convert it once (strata_convert --out DIR ", path,
+               ") and train from the folder (--data DIR): read memory-mapped, resident memory "
+               "bounded"));
     data::criteo_summary summary;
-    d.train = data::load_criteo(f.data, reader, &summary);
-    if (f.leader()) log_line(cat("train data: ", summary.to_string()));
+    auto set = std::make_unique<const data::ctr_dataset>(data::load_criteo(path, reader, &summary));
+    if (f.leader()) log_line(cat(what, " data: ", summary.to_string()));
+    return set;
+  };
+  if (!f.data.empty()) {
+    d.train = load(f.data, "train");
     if (!f.eval_data.empty()) {
-      d.eval = data::load_criteo(f.eval_data, reader, &summary);
-      if (f.leader()) log_line(cat("eval data: ", summary.to_string()));
+      d.eval = load(f.eval_data, "eval");
+      if (const auto* eval = dynamic_cast<const data::ctr_files*>(d.eval.get()))
+        STRATA_EXPECTS(
+            eval->schema().table_rows ==
+                    std::vector<std::uint64_t>(eval->schema().table_rows.size(), f.table_rows) &&
+                eval->schema().hash_seed == reader.hash_seed,
+            "--eval-data ", f.eval_data, " was converted with other hashing (tables of ",
+            eval->schema().table_rows.front(), " rows, seed ", eval->schema().hash_seed,
+            ") than the training data (", f.table_rows, " rows, seed ", reader.hash_seed,
+            "); convert both with the same --table-rows and --seed");
     }
     return d;
   }
@@ -513,8 +596,11 @@ datasets load_data(const flags& f) {
   std::vector<std::size_t> train_idx(f.synthetic), eval_idx(all.size() - f.synthetic);
   std::iota(train_idx.begin(), train_idx.end(), std::size_t{0});
   std::iota(eval_idx.begin(), eval_idx.end(), f.synthetic);
-  d.train.append(all.gather(train_idx));
-  d.eval.append(all.gather(eval_idx));
+  auto train = std::make_unique<data::ctr_dataset>(), eval = std::make_unique<data::ctr_dataset>();
+  train->append(all.gather(train_idx));
+  eval->append(all.gather(eval_idx));
+  d.train = std::move(train);
+  d.eval = std::move(eval);
   return d;
 }
 
@@ -566,6 +652,7 @@ void export_bundle(const flags& f, const Trainer& trainer,
   if constexpr (serve::bundle_model<typename Trainer::model_type>) {
     serve::export_options o;
     o.rows = serve::parse_precision(f.export_precision).value_or(serve::precision::fp32);
+    o.hash_seed = f.hash_seed;  // converted data: the files' hashing (else the run's seed)
     const auto e = serve::export_trainer(trainer, model_config, f.export_dir, o, steps);
     log_line(cat("exported ", serve::to_string(o.rows), " bundle ", e.dir.string(), " (", e.bytes,
                  " bytes, fingerprint ", serve::bundle_manifest::hex(e.fingerprint), ")"));
@@ -581,21 +668,22 @@ template <class Trainer>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
          typename Trainer::optimizer_type optimizer,
          typename Trainer::dense_optimizer_type dense_optimizer, const datasets& d) {
-  const auto* eval = d.eval.size() > 0 && f.probe_out == nullptr ? &d.eval : nullptr;
+  const data::example_source* eval =
+      d.eval && d.eval->size() > 0 && f.probe_out == nullptr ? d.eval.get() : nullptr;
   train::train_report r;
   if (f.probe_out != nullptr) {  // an advisor's probe: threads, no link, nothing printed
     Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
-    f.probe_out->report = trainer.fit(d.train, nullptr);
+    f.probe_out->report = trainer.fit(*d.train, nullptr);
     f.probe_out->dense_floats = typename Trainer::model_type(model_config).parameters().size();
     return;
   }
   if (f.process != nullptr) {
     Trainer trainer(model_config, optimizer, dense_optimizer, f.options, f.process->rank());
-    r = trainer.fit(*f.process, d.train, eval);
+    r = trainer.fit(*f.process, *d.train, eval);
     if (!f.leader()) return;  // rank 0 prints the table
   } else {
     Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
-    r = trainer.fit(d.train, eval);
+    r = trainer.fit(*d.train, eval);
     if (!f.export_dir.empty()) export_bundle(f, trainer, model_config, r.steps);
   }
   std::printf("\n%-28s %s\n", "strategy", r.strategy.c_str());
@@ -927,7 +1015,7 @@ void advise(flags& f, const datasets& d) {
   }
   std::vector<std::string> codecs = {"none", "fp16", "int8", "topk"};
   if (only_strategy || f.compressor_given) codecs = {f.compressor};
-  const std::size_t available = f.options.epochs * (d.train.size() / f.global_batch);
+  const std::size_t available = f.options.epochs * steps_per_epoch(f, *d.train);
   const std::size_t long_steps = std::min<std::size_t>(8, available);
   const std::size_t short_steps = 2;
   STRATA_EXPECTS(long_steps > short_steps, "--advise: the data holds ", available,
@@ -1032,15 +1120,16 @@ int main(int argc, char** argv) {
       f.options.compute_slowdown.resize(static_cast<std::size_t>(f.options.workers), 1.0);
       f.options.compute_slowdown[static_cast<std::size_t>(worker)] = factor;
     }
+    adopt_file_hashing(f);  // converted --data: the tables' rows from its files
     check_table_memory(f, f.process != nullptr && f.strategy != "allreduce" && f.options.servers > 0
                               ? f.options.servers
                               : 1);
     const datasets d = load_data(f);
-    STRATA_EXPECTS(d.train.size() > 0, "no training data");
-    if (const std::size_t available = f.options.epochs * (d.train.size() / f.global_batch);
+    STRATA_EXPECTS(d.train->size() > 0, "no training data");
+    if (const std::size_t available = f.options.epochs * steps_per_epoch(f, *d.train);
         f.options.max_steps > available && f.leader())
       log_line(cat("--max-steps ", f.options.max_steps, " is beyond the data: ", f.options.epochs,
-                   " epoch(s) of ", d.train.size() / f.global_batch, " steps; training stops at ",
+                   " epoch(s) of ", steps_per_epoch(f, *d.train), " steps; training stops at ",
                    available, " (raise --epochs to train longer)"));
     if (f.advise || (f.strategy == "auto" && f.link_given && f.process == nullptr && f.gpu < 0))
       advise(f, d);

@@ -1,11 +1,15 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "strata/core/rng.hpp"
 #include "strata/core/timer.hpp"
 #include "strata/data/criteo.hpp"
 #include "strata/data/synthetic.hpp"
@@ -328,4 +332,116 @@ TEST_CASE("an empty file has no examples", "[data][criteo]") {
   criteo_reader reader(path);
   REQUIRE(!reader.next(16).has_value());
   REQUIRE(reader.summary().lines_read == 0);
+}
+
+TEST_CASE("the parser's fast paths agree with their references", "[data][criteo]") {
+  SECTION("fast_modulo equals % for every kind of divisor") {
+    const counter_rng rng{42, 0};
+    std::vector<std::uint64_t> divisors = {1,
+                                           2,
+                                           3,
+                                           7,
+                                           1000,
+                                           200'000,
+                                           (1u << 20),
+                                           4294967291ull,
+                                           (std::uint64_t{1} << 32) + 15,
+                                           (std::uint64_t{1} << 63),
+                                           ~std::uint64_t{0},
+                                           ~std::uint64_t{0} - 1};
+    for (std::uint64_t i = 0; i < 50; ++i)
+      divisors.push_back(rng.bits(i) >> (i % 60) | 1);
+    for (const auto d : divisors) {
+      const data::detail::fast_modulo mod(d);
+      for (std::uint64_t a : {std::uint64_t{0}, std::uint64_t{1}, d - 1, d, d + 1,
+                              ~std::uint64_t{0}, ~std::uint64_t{0} - d})
+        REQUIRE(mod(a) == a % d);
+      for (std::uint64_t i = 0; i < 2000; ++i) {
+        const std::uint64_t a = rng.bits(1000 + i);
+        REQUIRE(mod(a) == a % d);
+      }
+    }
+  }
+  SECTION("criteo_hashing equals criteo_key / criteo_missing_key") {
+    const std::vector<std::uint64_t> rows = {5, 200'000, std::uint64_t{1} << 40};
+    for (const auto r : rows) {
+      const criteo_hashing h(std::span(&r, 1), 9);
+      for (std::size_t f = 0; f < criteo_sparse_columns; ++f) {
+        REQUIRE(h.missing_key(f) == criteo_missing_key(f, r, 9));
+        for (std::uint64_t v : {0ull, 1ull, 0x68fd1e64ull, 0xffffffffffffffffull})
+          REQUIRE(h.key(f, v) == criteo_key(f, v, r, 9));
+      }
+    }
+  }
+  SECTION("parse_hex64 accepts exactly what from_chars base 16 accepts") {
+    const std::vector<std::string> cases = {"0",
+                                            "f",
+                                            "F",
+                                            "68fd1e64",
+                                            "68FD1E64",
+                                            "00000000",
+                                            "ffffffff",
+                                            "FFFFFFFF",
+                                            "abcdefAB",
+                                            "0123456789abcdef",
+                                            "ffffffffffffffff",
+                                            "12345678g",
+                                            "1234567g",
+                                            "g1234567",
+                                            "1234 567",
+                                            "-1234567",
+                                            "+1234567",
+                                            "0x123456",
+                                            "12345678",
+                                            "1234567",
+                                            "123456789",
+                                            "",
+                                            "10000000000000000",
+                                            "12\t45678",
+                                            "1234567:",
+                                            "@ABCDEFG",
+                                            "`abcdefg",
+                                            "/0123456",
+                                            "12345\x80"
+                                            "67",
+                                            "1234567\xff"};
+    for (const auto& s : cases) {
+      std::uint64_t expected = 0;
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), expected, 16);
+      const bool reference =
+          !s.empty() && s.size() <= 16 && ec == std::errc{} && end == s.data() + s.size();
+      std::uint64_t got = 0;
+      INFO("'" << s << "'");
+      REQUIRE(data::detail::parse_hex64(s, got) == reference);
+      if (reference) REQUIRE(got == expected);
+    }
+    // Every single byte in every position of an 8-digit id.
+    for (int pos = 0; pos < 8; ++pos)
+      for (int c = 0; c < 256; ++c) {
+        std::string s = "9a8B7c6D";
+        s[static_cast<std::size_t>(pos)] = static_cast<char>(c);
+        std::uint64_t expected = 0, got = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + 8, expected, 16);
+        const bool reference = ec == std::errc{} && end == s.data() + 8;
+        REQUIRE(data::detail::parse_hex64(s, got) == reference);
+        if (reference) REQUIRE(got == expected);
+      }
+  }
+  SECTION("split_tabs finds every field at every alignment") {
+    std::array<data::detail::field_span, data::detail::criteo_fields> spans{};
+    for (std::size_t len = 0; len < 40; ++len) {
+      std::string line;
+      for (std::size_t i = 0; i < len; ++i)
+        line += (i * 7 % 5 == 0) ? '\t' : static_cast<char>('a' + i % 26);
+      const std::size_t n = data::detail::split_tabs(line, spans);
+      REQUIRE(n == static_cast<std::size_t>(std::count(line.begin(), line.end(), '\t')) + 1);
+      std::size_t start = 0;
+      for (std::size_t k = 0; k < std::min(n, data::detail::criteo_fields); ++k) {
+        const std::size_t tab = std::min(line.find('\t', start), line.size());
+        REQUIRE(spans[k].begin == start);
+        REQUIRE(spans[k].size == tab - start);
+        start = tab + 1;
+      }
+    }
+  }
 }

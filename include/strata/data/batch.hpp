@@ -1,16 +1,21 @@
 /// @file batch.hpp
 /// CTR batches (dense features, hashed sparse keys, labels) and an in-memory columnar dataset
-/// that gathers batches by example index.
+/// that gathers batches by example index (an `example_source`: every epoch a permutation of all
+/// examples, sharded_sampler.hpp).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/core/matrix.hpp"
+#include "strata/data/sampler.hpp"
+#include "strata/data/source.hpp"
 
 namespace strata::data {
 
@@ -47,17 +52,18 @@ struct ctr_batch {
 /// An in-memory store of CTR examples, one contiguous array per field kind (dense values,
 /// keys, labels; example-major within each). Appends are amortised O(row width); `gather`
 /// costs O(indices × row width). Const members are safe to call from many threads at once;
-/// appends are not.
-class ctr_dataset {
+/// appends are not. As an `example_source`, each epoch is a permutation of every example
+/// (`sharded_sampler`: the order depends on (seed, epoch) only); it holds n indices per loader.
+class ctr_dataset final : public example_source {
  public:
   explicit ctr_dataset(std::size_t dense_cols = criteo_dense_columns,
                        std::size_t sparse_cols = criteo_sparse_columns)
       : dense_cols_(dense_cols), sparse_cols_(sparse_cols) {}
 
-  [[nodiscard]] std::size_t size() const noexcept { return labels_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept override { return labels_.size(); }
   [[nodiscard]] bool empty() const noexcept { return labels_.empty(); }
-  [[nodiscard]] std::size_t dense_cols() const noexcept { return dense_cols_; }
-  [[nodiscard]] std::size_t sparse_cols() const noexcept { return sparse_cols_; }
+  [[nodiscard]] std::size_t dense_cols() const noexcept override { return dense_cols_; }
+  [[nodiscard]] std::size_t sparse_cols() const noexcept override { return sparse_cols_; }
 
   void reserve(std::size_t examples) {
     dense_.reserve(examples * dense_cols_);
@@ -90,7 +96,7 @@ class ctr_dataset {
 
   /// `out` ← examples `indices` (in that order; repeats allowed). Reuses `out`'s memory when
   /// its shape already matches. An index ≥ size() raises `errc::out_of_range`.
-  void gather(std::span<const std::size_t> indices, ctr_batch& out) const {
+  void gather(std::span<const std::size_t> indices, ctr_batch& out) const override {
     for (std::size_t i = 0; i < indices.size(); ++i)
       if (indices[i] >= size())
         fail(errc::out_of_range, cat("ctr_dataset::gather: index ", indices[i], " (position ", i,
@@ -121,7 +127,33 @@ class ctr_dataset {
   /// All labels.
   [[nodiscard]] std::span<const float> labels() const noexcept { return labels_; }
 
+  [[nodiscard]] std::size_t steps_per_epoch(const loader_config& config) const override {
+    return config.global_batch == 0 ? 0 : size() / config.global_batch;
+  }
+  [[nodiscard]] std::unique_ptr<batch_loader> loader(const loader_config& config) const override {
+    return std::make_unique<permuted_loader>(*this, config);
+  }
+
  private:
+  /// A rank's sharded_sampler over the whole dataset.
+  class permuted_loader final : public batch_loader {
+   public:
+    permuted_loader(const ctr_dataset& set, const loader_config& c)
+        : set_(set), sampler_(set.size(), c.world_size, c.rank, c.global_batch, c.seed) {}
+    [[nodiscard]] std::size_t steps_per_epoch() const override {
+      return sampler_.steps_per_epoch();
+    }
+    void load(std::size_t step, ctr_batch& out) override {
+      const std::size_t per_epoch = sampler_.steps_per_epoch();
+      if (sampler_.epoch() != step / per_epoch) sampler_.set_epoch(step / per_epoch);
+      set_.gather(sampler_.batch(step % per_epoch), out);
+    }
+
+   private:
+    const ctr_dataset& set_;
+    sharded_sampler sampler_;
+  };
+
   std::size_t dense_cols_;
   std::size_t sparse_cols_;
   std::vector<float> dense_;

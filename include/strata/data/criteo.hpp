@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -210,35 +211,178 @@ class line_source {
   bool eof_ = false;
 };
 
+/// `a % d` without a division: Lemire, Kaser & Kurz's direct remainder with a 128-bit
+/// constant, exact for every 64-bit `a` and `d` > 0 ("Faster Remainder by Direct Computation",
+/// 2019: with F = 2N bits, a mod d = ((ceil(2^F / d) · a) mod 2^F) · d >> F).
+class fast_modulo {
+  using uint128 = strata::detail::uint128;
+
+ public:
+  constexpr fast_modulo() noexcept : fast_modulo(1) {}
+  explicit constexpr fast_modulo(std::uint64_t d) noexcept
+      : d_(d), m_(~uint128{0} / d + 1) {}  // ceil(2^128 / d) (0 for d = 1: every a % 1 = 0)
+  [[nodiscard]] constexpr std::uint64_t operator()(std::uint64_t a) const noexcept {
+    const uint128 low = m_ * a;  // mod 2^128
+    const uint128 bottom = static_cast<uint128>(static_cast<std::uint64_t>(low)) * d_;
+    const uint128 top =
+        static_cast<uint128>(static_cast<std::uint64_t>(low >> 64)) * d_ + (bottom >> 64);
+    return static_cast<std::uint64_t>(top >> 64);
+  }
+  [[nodiscard]] constexpr std::uint64_t divisor() const noexcept { return d_; }
+
+ private:
+  std::uint64_t d_;
+  uint128 m_;
+};
+
+}  // namespace detail
+
+/// The hashing of a Criteo line's categoricals, prepared once: per feature its seeded hash
+/// prefix, its table's divisor and its missing key. Keys equal `criteo_key` /
+/// `criteo_missing_key` exactly. Value type; const members thread-safe.
+class criteo_hashing {
+ public:
+  criteo_hashing(std::span<const std::uint64_t> table_rows, std::uint64_t hash_seed) {
+    STRATA_EXPECTS(table_rows.size() == 1 || table_rows.size() == criteo_sparse_columns,
+                   "criteo_hashing: table_rows must hold 1 or 26 sizes, not ", table_rows.size());
+    for (std::size_t f = 0; f < criteo_sparse_columns; ++f) {
+      const std::uint64_t rows = table_rows.size() == 1 ? table_rows[0] : table_rows[f];
+      STRATA_EXPECTS(rows > 0, "criteo_hashing: table_rows[", f, "] is 0; every table needs a row");
+      prefix_[f] = mix_ids(hash_seed, f + 1);
+      modulo_[f] = detail::fast_modulo(rows);
+      missing_[f] = criteo_missing_key(f, rows, hash_seed);
+    }
+  }
+  /// `criteo_key(feature, value, rows of feature, seed)`.
+  [[nodiscard]] std::uint64_t key(std::size_t feature, std::uint64_t value) const noexcept {
+    return modulo_[feature](mix_ids(prefix_[feature], value));
+  }
+  [[nodiscard]] std::uint64_t missing_key(std::size_t feature) const noexcept {
+    return missing_[feature];
+  }
+
+ private:
+  std::array<std::uint64_t, criteo_sparse_columns> prefix_{}, missing_{};
+  std::array<detail::fast_modulo, criteo_sparse_columns> modulo_{};
+};
+
+namespace detail {
+
+inline constexpr std::size_t criteo_fields = 1 + criteo_dense_columns + criteo_sparse_columns;
+
+/// Where a field lies in its line (left uninitialised until split_tabs writes it: no per-line
+/// clearing of the array).
+struct field_span {
+  std::uint32_t begin, size;
+};
+
+/// Splits `line` at its tabs into `f` (the first criteo_fields fields); returns the number of
+/// fields. Eight bytes at a time: a word's tab bytes are found with the has-zero-byte trick.
+/// The line must be shorter than 4 GiB (readers cap it at max_line_bytes).
+inline std::size_t split_tabs(std::string_view line,
+                              std::array<field_span, criteo_fields>& f) noexcept {
+  constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  constexpr std::uint64_t tabs = ones * '\t';
+  const char* const data = line.data();
+  const std::size_t size = line.size();
+  std::size_t n = 0, start = 0;
+  const auto field_end = [&](std::size_t at) {
+    if (n < criteo_fields)
+      f[n] = {static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(at - start)};
+    ++n;
+    start = at + 1;
+  };
+  std::size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, data + i, 8);
+    const std::uint64_t x = word ^ tabs;  // tab bytes become 0
+    // Exact zero-byte mask (no false positives from borrows): high bit set where x's byte is 0.
+    std::uint64_t zero = ~(((x & ~highs) + ~highs) | x | ~highs);
+    while (zero != 0) {
+      field_end(i + static_cast<std::size_t>(std::countr_zero(zero) / 8));
+      zero &= zero - 1;
+    }
+  }
+  for (; i < size; ++i)
+    if (data[i] == '\t') field_end(i);
+  field_end(size);
+  return n;
+}
+
+/// 1–16 hex digits (either case) → value; false for anything else (as std::from_chars base 16
+/// on an unsigned 64-bit value over the whole field).
+inline bool parse_hex64(std::string_view s, std::uint64_t& value) noexcept {
+  if (s.size() == 8) {  // Criteo's ids: eight digits, converted as one word
+    std::uint64_t w;
+    std::memcpy(&w, s.data(), 8);  // first digit in the lowest byte
+    constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    // Bytes strictly between lo and hi (every byte of w below 0x80; checked by the caller's
+    // mask): the bit-hack "has between" per byte, here kept for all bytes.
+    const auto between = [&](std::uint64_t x, std::uint64_t lo, std::uint64_t hi) {
+      return ((ones * (127 + hi) - (x & ones * 127)) & ~x &
+              ((x & ones * 127) + ones * (127 - lo))) &
+             highs;
+    };
+    const std::uint64_t lower = w | (ones * 0x20);  // 'A'-'F' → 'a'-'f'; digits keep their bit
+    const std::uint64_t ok = (between(w, '0' - 1, '9' + 1) | between(lower, 'a' - 1, 'f' + 1));
+    if ((w & highs) == 0 && ok == highs) {
+      // Nibble per byte: digits '0'-'9' → 0-9 (low four bits), letters → low bits + 9.
+      std::uint64_t v = (lower & (ones * 0x0F)) + ((lower >> 6) & ones) * 9;
+      v = ((v << 4) | (v >> 8)) & 0x00FF00FF00FF00FFull;   // byte pairs, first digit high
+      v = ((v << 8) | (v >> 16)) & 0x0000FFFF0000FFFFull;  // 16-bit pairs
+      value = ((v << 16) | (v >> 32)) & 0xFFFFFFFFull;     // 32-bit result
+      return true;
+    }
+    return false;
+  }
+  static constexpr auto digit = [] {
+    std::array<std::uint8_t, 256> t{};
+    t.fill(0xFF);
+    for (int c = 0; c < 10; ++c)
+      t['0' + c] = static_cast<std::uint8_t>(c);
+    for (int c = 0; c < 6; ++c) {
+      t['a' + c] = static_cast<std::uint8_t>(10 + c);
+      t['A' + c] = static_cast<std::uint8_t>(10 + c);
+    }
+    return t;
+  }();
+  if (s.empty() || s.size() > 16) return false;
+  std::uint64_t v = 0;
+  std::uint8_t bad = 0;
+  for (const char c : s) {
+    const std::uint8_t d = digit[static_cast<unsigned char>(c)];
+    bad |= d;  // 0xFF marks a non-digit; digits are < 16
+    v = (v << 4) | (d & 0xF);
+  }
+  if (bad >= 16) return false;
+  value = v;
+  return true;
+}
+
 /// Parses one line into the end of `chunk`; on failure returns the kind and fills `why`,
 /// leaving `chunk` unchanged.
 inline std::optional<bad_line_kind> parse_criteo_line(std::string_view line,
-                                                      std::span<const std::uint64_t> rows,
-                                                      std::uint64_t hash_seed, criteo_chunk& chunk,
-                                                      std::string& why) {
-  constexpr std::size_t fields = 1 + criteo_dense_columns + criteo_sparse_columns;
-  std::array<std::string_view, fields> f;
-  std::size_t n = 0, pos = 0;
-  for (;;) {
-    const std::size_t tab = line.find('\t', pos);
-    const std::string_view field =
-        line.substr(pos, tab == std::string_view::npos ? tab : tab - pos);
-    if (n < fields) f[n] = field;
-    ++n;
-    if (tab == std::string_view::npos) break;
-    pos = tab + 1;
-  }
-  if (n != fields) {
-    why = cat("expected ", fields, " tab-separated fields (label, 13 integers, 26 hex), found ", n);
+                                                      const criteo_hashing& hashing,
+                                                      criteo_chunk& chunk, std::string& why) {
+  std::array<field_span, criteo_fields> spans;  // written by split_tabs, not cleared
+  const std::size_t n = split_tabs(line, spans);
+  const auto field = [&](std::size_t i) {
+    return std::string_view(line.data() + spans[i].begin, spans[i].size);
+  };
+  if (n != criteo_fields) {
+    why = cat("expected ", criteo_fields,
+              " tab-separated fields (label, 13 integers, 26 hex), found ", n);
     return bad_line_kind::column_count;
   }
-  if (f[0] != "0" && f[0] != "1") {
-    why = cat("label '", f[0], "' is not 0 or 1");
+  const std::string_view label = field(0);
+  if (label != "0" && label != "1") {
+    why = cat("label '", label, "' is not 0 or 1");
     return bad_line_kind::bad_label;
   }
   std::array<float, criteo_dense_columns> dense{};
   for (std::size_t j = 0; j < criteo_dense_columns; ++j) {
-    const std::string_view s = f[1 + j];
+    const std::string_view s = field(1 + j);
     if (s.empty()) continue;  // missing → 0
     std::int64_t x = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
@@ -246,28 +390,35 @@ inline std::optional<bad_line_kind> parse_criteo_line(std::string_view line,
       why = cat("integer column I", j + 1, " = '", s, "' is not a 64-bit decimal integer");
       return bad_line_kind::bad_integer;
     }
-    dense[j] = criteo_dense_value(x);
+    dense[j] = x > 0 ? criteo_dense_value(x) : 0.0f;
   }
-  std::array<std::uint64_t, criteo_sparse_columns> keys{};
+  std::array<std::uint64_t, criteo_sparse_columns> keys;
   for (std::size_t j = 0; j < criteo_sparse_columns; ++j) {
-    const std::string_view s = f[1 + criteo_dense_columns + j];
-    const std::uint64_t table = rows.size() == 1 ? rows[0] : rows[j];
+    const std::string_view s = field(1 + criteo_dense_columns + j);
     if (s.empty()) {
-      keys[j] = criteo_missing_key(j, table, hash_seed);
+      keys[j] = hashing.missing_key(j);
       continue;
     }
     std::uint64_t v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
-    if (s.size() > 16 || ec != std::errc{} || end != s.data() + s.size()) {
+    if (!parse_hex64(s, v)) {
       why = cat("categorical column C", j + 1, " = '", s, "' is not 1-16 hex digits");
       return bad_line_kind::bad_hex;
     }
-    keys[j] = criteo_key(j, v, table, hash_seed);
+    keys[j] = hashing.key(j, v);
   }
   chunk.dense.insert(chunk.dense.end(), dense.begin(), dense.end());
   chunk.keys.insert(chunk.keys.end(), keys.begin(), keys.end());
-  chunk.labels.push_back(f[0] == "1" ? 1.0f : 0.0f);
+  chunk.labels.push_back(label == "1" ? 1.0f : 0.0f);
   return std::nullopt;
+}
+
+/// The same with the hashing given by its sizes and seed (prepares it per call: for single
+/// lines; readers prepare a criteo_hashing once).
+inline std::optional<bad_line_kind> parse_criteo_line(std::string_view line,
+                                                      std::span<const std::uint64_t> rows,
+                                                      std::uint64_t hash_seed, criteo_chunk& chunk,
+                                                      std::string& why) {
+  return parse_criteo_line(line, criteo_hashing(rows, hash_seed), chunk, why);
 }
 
 }  // namespace detail
@@ -298,6 +449,7 @@ class criteo_reader {
                    "criteo_reader: chunk_rows and prefetch_chunks must be positive");
     STRATA_EXPECTS(options_.max_line_bytes >= 40, "criteo_reader: max_line_bytes ",
                    options_.max_line_bytes, " cannot hold a 40-field line");
+    hashing_.emplace(rows, options_.hash_seed);
     auto source = std::make_unique<detail::line_source>(path_, options_.max_line_bytes);
     worker_ = std::thread([this, src = std::move(source)]() mutable { produce(*src); });
   }
@@ -417,8 +569,7 @@ class criteo_reader {
             bad = bad_line_kind::overlong;
             why = cat("line is longer than max_line_bytes = ", options_.max_line_bytes);
           } else {
-            bad = detail::parse_criteo_line(line, options_.table_rows, options_.hash_seed, *chunk,
-                                            why);
+            bad = detail::parse_criteo_line(line, *hashing_, *chunk, why);
           }
           if (bad) {
             const std::string where = cat(path_.string(), ":", local.lines_read, ": ");
@@ -469,6 +620,7 @@ class criteo_reader {
 
   std::filesystem::path path_;
   criteo_options options_;
+  std::optional<criteo_hashing> hashing_;  // set before the parser thread starts
 
   mutable std::mutex mutex_;
   std::condition_variable not_empty_, not_full_;

@@ -41,6 +41,11 @@ namespace strata::data {
 struct synthetic_criteo {
   std::size_t rows = 100'000;
   std::uint64_t seed = 1;
+  /// Index of the first row written: rows [first_row, first_row + rows) of the endless stream
+  /// that (seed, the other settings) define — consecutive days of one teacher (its bias is
+  /// calibrated on rows [0, 20000) whatever first_row; days of at least 20000 rows share it
+  /// exactly).
+  std::uint64_t first_row = 0;
   /// Distinct ids per categorical feature: one value for all 26 features, or 26 values.
   std::vector<std::uint64_t> distinct_ids = {10'000};
   /// Zipf exponent s of id popularity: P(rank k) ∝ k^−s.
@@ -280,7 +285,7 @@ inline synthetic_report write_synthetic_criteo(const std::filesystem::path& path
                                          : static_cast<int>(cfg.threads));
 
   // Calibrate the bias so that the mean probability on a prefix equals target_ctr.
-  const std::size_t sample = std::min<std::size_t>(cfg.rows, 20'000);
+  const std::size_t sample = cfg.first_row == 0 ? std::min<std::size_t>(cfg.rows, 20'000) : 20'000;
   std::vector<double> logits(sample);
   arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sample, 1024), [&](const auto& range) {
@@ -324,9 +329,9 @@ inline synthetic_report write_synthetic_criteo(const std::filesystem::path& path
         const std::size_t begin = first + b * block;
         const std::size_t end = std::min(cfg.rows, begin + block);
         for (std::size_t i = begin; i < end; ++i) {
-          gen.make(i, r);
+          gen.make(cfg.first_row + i, r);
           const double p = detail::sigmoid(r.logit + bias);
-          const bool y = gen.label(i, p);
+          const bool y = gen.label(cfg.first_row + i, p);
           probs[i] = static_cast<float>(p);
           labels[i] = y ? 1.0f : 0.0f;
           detail::append_line(out, r, y);

@@ -1,5 +1,6 @@
 /// @file adagrad.hpp
-/// Row-wise Adagrad (Duchi et al., 2011) for embedding rows.
+/// Adagrad (Duchi et al., 2011) for embedding rows, one accumulator per coordinate (as
+/// torch.optim.Adagrad and FBGEMM's EXACT_ADAGRAD, not the row-wise variant).
 #pragma once
 
 #include <cmath>

@@ -9,11 +9,6 @@
 /// ```
 #pragma once
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -23,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +29,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "strata/core/error.hpp"
+#include "strata/core/mapped_file.hpp"
 #include "strata/core/matrix.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/data/criteo.hpp"
@@ -41,64 +38,6 @@
 #include "strata/serve/bundle.hpp"
 
 namespace strata::serve {
-
-/// A file mapped read-only (POSIX mmap, MAP_SHARED: pages are read from the page cache on
-/// first touch, never copied). RAII, move-only. `expected_bytes` must equal the file's size.
-class mapped_file {
- public:
-  mapped_file() = default;
-  mapped_file(const std::filesystem::path& path, std::uint64_t expected_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      fail(errc::io_error,
-           cat("bundle file ", path.string(), " cannot be opened (", std::strerror(errno),
-               "); the bundle is incomplete: copy it whole or export it again"));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != expected_bytes) {
-      const auto size = static_cast<std::uint64_t>(st.st_size);
-      ::close(fd);
-      fail(errc::corrupt_data,
-           cat("bundle file ", path.string(), " has ", size, " bytes but the manifest says ",
-               expected_bytes, size < expected_bytes ? " (truncated: an interrupted copy?)" : "",
-               "; copy the bundle whole or export it again"));
-    }
-    size_ = static_cast<std::size_t>(expected_bytes);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        fail(errc::io_error,
-             cat("bundle file ", path.string(), " cannot be mapped: ", std::strerror(err)));
-      }
-      data_ = static_cast<const std::byte*>(p);
-    }
-    ::close(fd);  // the mapping keeps the file
-  }
-  mapped_file(mapped_file&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  mapped_file& operator=(mapped_file&& other) noexcept {
-    if (this != &other) {
-      release();
-      data_ = std::exchange(other.data_, nullptr);
-      size_ = std::exchange(other.size_, 0);
-    }
-    return *this;
-  }
-  mapped_file(const mapped_file&) = delete;
-  mapped_file& operator=(const mapped_file&) = delete;
-  ~mapped_file() { release(); }
-
-  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
-
- private:
-  void release() noexcept {
-    if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
-    data_ = nullptr;
-  }
-  const std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 /// How a predictor opens a bundle and splits work.
 struct predictor_options {
@@ -173,6 +112,11 @@ class predictor {
       fail(errc::corrupt_data,
            cat("bundle ", dir.string(), ": hash.rows lists ", manifest_.hash_rows.size(),
                " sparse columns, the model reads ", sparse_features_, "; export the bundle again"));
+    // Raw lines are Criteo's layout: prepared when the bundle hashes 26 columns into rows.
+    if (manifest_.hash_rows.size() == data::criteo_sparse_columns &&
+        std::all_of(manifest_.hash_rows.begin(), manifest_.hash_rows.end(),
+                    [](std::uint64_t r) { return r > 0; }))
+      hashing_.emplace(manifest_.hash_rows, manifest_.hash_seed);
   }
 
   [[nodiscard]] const bundle_manifest& manifest() const noexcept { return manifest_; }
@@ -241,8 +185,12 @@ class predictor {
           s.line.append(line);
           line = s.line;
         }
-        if (const auto bad = data::detail::parse_criteo_line(line, manifest_.hash_rows,
-                                                             manifest_.hash_seed, chunk, s.why))
+        if (!hashing_)
+          fail(errc::unsupported,
+               cat("predictor::predict_lines: the bundle hashes ", manifest_.hash_rows.size(),
+                   " sparse columns (Criteo lines have 26, each table with rows); predict from "
+                   "keys instead"));
+        if (const auto bad = data::detail::parse_criteo_line(line, *hashing_, chunk, s.why))
           fail(errc::invalid_argument,
                cat("predictor::predict_lines: line ", i, " of the batch: ", s.why, " (",
                    data::to_string(*bad),
@@ -303,7 +251,13 @@ class predictor {
 
   [[nodiscard]] mapped_file open_file(const std::string& name) const {
     const auto& record = manifest_.file(name);
-    mapped_file file(dir_ / name, record.bytes);
+    const auto path = dir_ / name;
+    mapped_file file(path, "the bundle is incomplete: copy it whole or export it again");
+    if (file.size() != record.bytes)
+      fail(errc::corrupt_data,
+           cat("bundle file ", path.string(), " has ", file.size(), " bytes but the manifest says ",
+               record.bytes, file.size() < record.bytes ? " (truncated: an interrupted copy?)" : "",
+               "; copy the bundle whole or export it again"));
     if (options_.verify_checksums && bytes_checksum(file.bytes()) != record.checksum)
       fail(errc::corrupt_data,
            cat("bundle file ", (dir_ / name).string(),
@@ -376,6 +330,7 @@ class predictor {
   std::filesystem::path dir_;
   predictor_options options_;
   bundle_manifest manifest_;
+  std::optional<data::criteo_hashing> hashing_;  // raw lines → keys (Criteo-shaped bundles)
   typename Model::config config_;
   std::vector<mapped_file> tables_;
   std::vector<float> dense_;

@@ -49,7 +49,7 @@ inline eval_point score_predictions(std::span<const float> logits, std::span<con
 /// rows in file order, and logs the scores as "eval @ step N: …". `predict(rows, logits)`
 /// writes one logit per row of the gathered `rows` (a data::ctr_batch); `scratch` is reused.
 template <class Predict>
-eval_point evaluate(const data::ctr_dataset& set, std::size_t batch, std::size_t max_samples,
+eval_point evaluate(const data::example_source& set, std::size_t batch, std::size_t max_samples,
                     std::size_t at_step, data::ctr_batch& scratch, Predict&& predict) {
   STRATA_EXPECTS(batch > 0, "evaluate: the batch size must be positive");
   const std::size_t count = max_samples == 0 ? set.size() : std::min(set.size(), max_samples);
@@ -61,6 +61,7 @@ eval_point evaluate(const data::ctr_dataset& set, std::size_t batch, std::size_t
     indices.resize(n);
     std::iota(indices.begin(), indices.end(), first);
     set.gather(indices, scratch);
+    set.done_with(first, first + n);
     predict(scratch, std::span<float>(logits).subspan(first, n));
     labels.insert(labels.end(), scratch.labels.begin(), scratch.labels.end());
   }

@@ -32,6 +32,15 @@ struct trainer_options {
   std::size_t epochs = 1;
   std::size_t max_steps = 0;  ///< stop after this many steps (0 = epochs · steps per epoch)
   std::uint64_t seed = 1;     ///< data order, embedding and dense initialisation
+  /// Sharded sources (data::ctr_files): shards each epoch's chunks are dealt into (0: one per
+  /// worker, so each worker reads only its own). The example order depends on the seed and
+  /// this count, not on the workers: equal data_shards give the same global batches at every
+  /// worker count dividing it (the in-memory ctr_dataset ignores it: its order never depends
+  /// on the workers).
+  std::size_t data_shards = 0;
+  /// Sharded sources: examples shuffled together within a shard (0: the source's default,
+  /// data::ctr_files::default_shuffle_window); resident memory grows with it.
+  std::size_t shuffle_window = 0;
   /// Sum worker contributions in rank order everywhere (dense allreduce included), so sync
   /// training gives bitwise-identical parameters under every strategy for a given worker count.
   bool deterministic = true;

@@ -58,6 +58,7 @@
 #include "strata/core/trace.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/data/sampler.hpp"
+#include "strata/data/source.hpp"
 #include "strata/embedding/concepts.hpp"
 #include "strata/embedding/init.hpp"
 #include "strata/models/concepts.hpp"
@@ -86,7 +87,7 @@ namespace strata::train {
 ///
 /// Optimizers per part: the Storage's optimizer updates the embedding rows; DenseOptimizer
 /// (any `optim::sparse_optimizer`, by default the Storage's) updates the dense parameters, cut
-/// into rows of `dense_row` values — e.g. row-wise Adagrad for the tables and Adam for the MLP,
+/// into rows of `dense_row` values — e.g. Adagrad for the tables and Adam for the MLP,
 /// as DLRM and TorchRec users train. Every strategy applies the very same functions to the same
 /// sums (under `parameter_server` the servers apply DenseOptimizer to the dense table).
 /// Not thread-safe; `fit` runs the whole world on threads.
@@ -195,8 +196,8 @@ class trainer {
 
   /// Trains on `train_set` (evaluating on `eval_set` when given) with every rank as a thread
   /// of one process, and returns the report.
-  train_report fit(const data::ctr_dataset& train_set,
-                   const data::ctr_dataset* eval_set = nullptr) {
+  train_report fit(const data::example_source& train_set,
+                   const data::example_source* eval_set = nullptr) {
     static_assert(!foreign_allreduce,
                   "hybrid<Consistency, mpi::native_allreduce> runs one MPI process per rank: build "
                   "the trainer with local_rank = transport.rank() and call fit(transport, train, "
@@ -233,8 +234,8 @@ class trainer {
   /// Trains this process's rank of a multi-process world (every process calls it with its own
   /// endpoint; the trainer must have been built with `local_rank = t.rank()`). Rank 0's report
   /// holds the evaluations and checksums; byte counts are this rank's own.
-  train_report fit(Transport& t, const data::ctr_dataset& train_set,
-                   const data::ctr_dataset* eval_set = nullptr) {
+  train_report fit(Transport& t, const data::example_source& train_set,
+                   const data::example_source* eval_set = nullptr) {
     STRATA_EXPECTS(local_rank_ == t.rank(), "trainer: built for local rank ", local_rank_,
                    " but fit() runs on rank ", t.rank());
     STRATA_EXPECTS(t.size() == ranks(), "trainer: the world has ", t.size(), " ranks but this ",
@@ -337,15 +338,23 @@ class trainer {
   [[nodiscard]] bool is_local(int rank) const noexcept {
     return local_rank_ < 0 || rank == local_rank_;
   }
-  [[nodiscard]] std::size_t total_steps(const data::ctr_dataset& train_set) const {
-    const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
-    const std::size_t per_epoch = train_set.size() / global;
+  /// How rank `rank` walks the training data.
+  [[nodiscard]] data::loader_config loader_config(std::size_t rank) const noexcept {
+    return {.world_size = static_cast<std::size_t>(options_.workers),
+            .rank = rank,
+            .global_batch = options_.batch * static_cast<std::size_t>(options_.workers),
+            .seed = options_.seed,
+            .data_shards = options_.data_shards,
+            .shuffle_window = options_.shuffle_window};
+  }
+  [[nodiscard]] std::size_t total_steps(const data::example_source& train_set) const {
+    const std::size_t per_epoch = train_set.steps_per_epoch(loader_config(0));
     std::size_t total = per_epoch * options_.epochs;
     if (options_.max_steps != 0)
       total = std::min(total == 0 ? options_.max_steps : total, options_.max_steps);
     return total;
   }
-  void check_data(const data::ctr_dataset& train_set) const {
+  void check_data(const data::example_source& train_set) const {
     const Model probe(model_config_);
     STRATA_EXPECTS(train_set.size() >= options_.batch * static_cast<std::size_t>(options_.workers),
                    "trainer: the training set has ", train_set.size(),
@@ -356,12 +365,17 @@ class trainer {
                    "trainer: the data has ", train_set.dense_cols(), " dense and ",
                    train_set.sparse_cols(), " sparse columns but the model reads ",
                    probe.dense_features(), " and ", sparse_features());
+    // A sharded source refuses a layout it cannot deal (more shards than chunks, a batch that
+    // is not a multiple of the shards) here, before any rank starts.
+    STRATA_EXPECTS(train_set.steps_per_epoch(loader_config(0)) > 0,
+                   "trainer: the training set has no whole step of ", options_.batch, " x ",
+                   options_.workers, " workers");
   }
 
   /// Every rank's whole run: resume, then segments (train → servers restart their clocks →
   /// checkpoint) until the last step.
   template <comm::transport T>
-  void run_rank(T& t, const data::ctr_dataset& train_set, const data::ctr_dataset* eval_set,
+  void run_rank(T& t, const data::example_source& train_set, const data::example_source* eval_set,
                 outcome& result) {
     const std::size_t total = total_steps(train_set);
     start_trace(t.rank());
@@ -532,15 +546,15 @@ class trainer {
 
   // ---- one segment on one rank ------------------------------------------------------------
 
-  void rank_body(transport_type& t, const data::ctr_dataset& train_set, std::size_t first,
-                 std::size_t end, const data::ctr_dataset* eval_set, bool evaluate,
+  void rank_body(transport_type& t, const data::example_source& train_set, std::size_t first,
+                 std::size_t end, const data::example_source* eval_set, bool evaluate,
                  std::optional<eval_point>& evaluated) {
     // A server rank serves (beside its worker when co-located); a worker rank trains.
     servers_.run(t, [&] { worker_body(t, train_set, first, end, eval_set, evaluate, evaluated); });
   }
 
-  void worker_body(transport_type& t, const data::ctr_dataset& train_set, std::size_t first,
-                   std::size_t end, const data::ctr_dataset* eval_set, bool evaluate,
+  void worker_body(transport_type& t, const data::example_source& train_set, std::size_t first,
+                   std::size_t end, const data::example_source* eval_set, bool evaluate,
                    std::optional<eval_point>& evaluated) {
     const int w = t.rank();
     auto& me = *workers_[static_cast<std::size_t>(w)];
@@ -557,13 +571,8 @@ class trainer {
     }
 
     const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
-    data::sharded_sampler sampler(train_set.size(), static_cast<std::size_t>(options_.workers),
-                                  static_cast<std::size_t>(w), global, options_.seed);
-    const std::size_t per_epoch = sampler.steps_per_epoch();
-    const auto load = [&](std::size_t s, step_buffers& b) {
-      if (sampler.epoch() != s / per_epoch || s == first) sampler.set_epoch(s / per_epoch);
-      train_set.gather(sampler.batch(s % per_epoch), b.batch);
-    };
+    const auto loader = train_set.loader(loader_config(static_cast<std::size_t>(w)));
+    const auto load = [&](std::size_t s, step_buffers& b) { loader->load(s, b.batch); };
     // PS strategies pull split-phase into two alternating step buffers: the pull of step s + 1
     // leaves before step s computes (ps::async: its rows may miss this worker's push of step s)
     // or right after step s pushes (sync, bounded: the rows are exactly a blocking pull's, and
@@ -757,7 +766,7 @@ class trainer {
     return true;
   }
 
-  eval_point run_eval(worker_state& me, step_buffers& b, const data::ctr_dataset& eval_set,
+  eval_point run_eval(worker_state& me, step_buffers& b, const data::example_source& eval_set,
                       std::size_t at_step) {
     return evaluate(eval_set, options_.batch, options_.eval_max_samples, at_step, b.batch,
                     [&](const data::ctr_batch& rows, std::span<float> logits) {
