@@ -5,14 +5,17 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,6 +133,21 @@ inline double memcpy_bytes_per_second(std::size_t bytes, int repeats = 5) {
 }
 
 /// Prints results as a table and writes them as JSON when --json was given.
+/// The whole text of a file (empty when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Number after `"key":` in a flat JSON object such as ctr_train's --report-json (NaN when
+/// absent).
+inline double json_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\"");
+  if (at == std::string::npos) return std::nan("");
+  const auto colon = json.find(':', at);
+  return colon == std::string::npos ? std::nan("") : std::strtod(json.c_str() + colon + 1, nullptr);
+}
+
 inline void report(const options& o, const std::vector<result>& results) {
   std::printf("%-48s %14s %-8s %14s %8s\n", "name", "value", "unit", "baseline", "ratio");
   for (const auto& r : results)

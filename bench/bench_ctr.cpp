@@ -38,6 +38,8 @@
 #include "strata/data/synthetic.hpp"
 
 using namespace strata;
+using bench::json_number;
+using bench::read_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -53,18 +55,6 @@ std::string run_command(const std::string& command) {
   return text;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// Number after `"key":` in a flat JSON object (NaN when absent).
-double json_number(const std::string& json, const std::string& key) {
-  const auto at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return std::nan("");
-  const auto colon = json.find(':', at);
-  return colon == std::string::npos ? std::nan("") : std::strtod(json.c_str() + colon + 1, nullptr);
-}
 /// String after `"key": "` in a flat JSON object (empty when absent).
 std::string json_string(const std::string& json, const std::string& key) {
   const auto at = json.find("\"" + key + "\"");

@@ -33,6 +33,8 @@
 #include "strata/data/synthetic.hpp"
 
 using namespace strata;
+using bench::json_number;
+using bench::read_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -77,19 +79,6 @@ child_run run_child(const std::vector<std::string>& args) {
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.max_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
   return r;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// Number after `"key":` in a flat JSON object (NaN when absent).
-double json_number(const std::string& json, const std::string& key) {
-  const auto at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return std::nan("");
-  const auto colon = json.find(':', at);
-  return colon == std::string::npos ? std::nan("") : std::strtod(json.c_str() + colon + 1, nullptr);
 }
 
 struct job {
