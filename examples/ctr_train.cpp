@@ -33,6 +33,7 @@
 #include "strata/compress/per_path.hpp"
 #include "strata/compress/topk.hpp"
 #include "strata/core/cli.hpp"
+#include "strata/core/memory.hpp"
 #include "strata/data/criteo.hpp"
 #include "strata/data/ctr_binary.hpp"
 #include "strata/data/synthetic.hpp"
@@ -259,26 +260,148 @@ void check_checkpoint_dir(const std::filesystem::path& dir) {
   fs::remove(probe, ec);
 }
 
-/// Refuses, before anything is allocated, embedding tables that cannot fit this machine's
-/// memory: one copy of every table row plus its row-wise Adagrad state, split over the server
-/// processes when tables live on servers of an MPI job.
+/// The embedding tables' memory in each process that holds rows, at most (the start-up report
+/// and check): under ps / hybrid (and auto) the rows of every table spread over the servers
+/// (dedicated under mpirun: one server per process; co-located: one shard per rank; threads:
+/// every server in this process), each server's rows in its lock stripes' row stores
+/// (ps::shard_table_bytes: row_store::max_bytes per stripe); under allreduce every worker holds
+/// a whole replica (embedding::local: 4 · (dim + state) bytes a row). Every table has
+/// --table-rows rows; Adagrad keeps `dim` state floats a row.
+struct table_memory {
+  std::string holder = "server process";  ///< what holds the rows
+  int servers = 1;                        ///< servers the rows spread over (sharded)
+  int per_process = 1;                    ///< servers (or replicas) in one process
+  std::size_t tables = 0;
+  std::string first, last;            ///< names of the first and last table (C1, C26)
+  std::string widest;                 ///< the first table of the most bytes a row
+  std::uint64_t rows_per_server = 0;  ///< rows of one table on one server
+  std::uint64_t rows = 0;             ///< rows of every table in one process
+  double store_bytes_per_row = 0;     ///< row_store::bytes_per_row of the widest table
+  std::size_t payload = 0;            ///< its weights and state (bytes)
+  double bytes = 0;  ///< one process's tables, at most (a double: no overflow at 2^40 rows)
+};
+
+/// `processes`: one server (or replica) per process, as under mpirun.
+table_memory embedding_memory(const flags& f, int servers, bool processes) {
+  struct shape {
+    std::string name;
+    std::size_t dim;
+  };
+  std::vector<shape> tables;  // as the models name them: C1..C26, or wide_0..25 + deep_0..25
+  if (f.model == "wide_deep") {
+    for (std::size_t c = 0; c < 26; ++c)
+      tables.push_back({cat("wide_", c), 1});
+    for (std::size_t c = 0; c < 26; ++c)
+      tables.push_back({cat("deep_", c), f.dim});
+  } else {
+    for (std::size_t c = 1; c <= 26; ++c)
+      tables.push_back({cat("C", c), f.dim});
+  }
+  table_memory m;
+  m.tables = tables.size();
+  m.first = tables.front().name;
+  m.last = tables.back().name;
+  const bool sharded = f.strategy != "allreduce";
+  m.servers = sharded ? std::max(servers, 1) : 1;
+  m.per_process = processes ? 1 : sharded ? m.servers : f.options.workers;
+  if (!sharded) m.holder = processes ? "worker process" : "process";
+  if (sharded && !processes) m.holder = "process";
+  m.rows_per_server = (f.table_rows + m.servers - 1) / static_cast<std::uint64_t>(m.servers);
+  for (const auto& t : tables) {
+    const std::size_t state = optim::adagrad::state_floats(t.dim);
+    const std::uint64_t one = sharded ? ps::shard_table_bytes(m.rows_per_server, t.dim, state)
+                                      : f.table_rows * (t.dim + state) * sizeof(float);
+    m.bytes += static_cast<double>(one) * m.per_process;
+    m.rows += m.rows_per_server * static_cast<std::uint64_t>(m.per_process);
+    const double per_row = sharded ? row_store::bytes_per_row(t.dim, state)
+                                   : static_cast<double>((t.dim + state) * sizeof(float));
+    if (per_row > m.store_bytes_per_row) {
+      m.store_bytes_per_row = per_row;
+      m.payload = (t.dim + state) * sizeof(float);
+      m.widest = t.name;
+    }
+  }
+  return m;
+}
+
+/// `v` with one decimal ("539.4").
+std::string one_decimal(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", v);
+  return text;
+}
+
+/// "26 tables (C1 .. C26) of 100000 rows over 2 server(s)".
+std::string describe_tables(const table_memory& m, const flags& f) {
+  return cat(m.tables, " tables (", m.first, " .. ", m.last, ") of ", f.table_rows, " rows",
+             m.per_process > 1 && m.holder == "process" && f.strategy == "allreduce"
+                 ? cat(", a replica for each of ", m.per_process, " workers")
+                 : "",
+             f.strategy != "allreduce" ? cat(" over ", m.servers, " server(s)") : "");
+}
+
+/// The start-up line (leader): embedding rows per server and bytes per row, per server process,
+/// and what this process may allocate.
+void report_table_memory(const flags& f, int servers) {
+  const table_memory m = embedding_memory(f, servers, f.process != nullptr);
+  const memory_headroom room = current_memory_headroom();
+  const bool sharded = f.strategy != "allreduce";
+  log_line(cat("embedding: ", describe_tables(m, f), ": ", m.rows_per_server,
+               " rows of each table per ", sharded ? "server" : "replica", ", ", m.rows,
+               " rows per ", m.holder, ", ", one_decimal(m.store_bytes_per_row),
+               " bytes per row at most (", m.payload, " B weights + Adagrad state",
+               sharded ? cat(", the rest key and index; every row ",
+                             one_decimal(m.rows > 0 ? m.bytes / static_cast<double>(m.rows) : 0.0),
+                             " on average with the lock stripes' chunks")
+                       : "",
+               ") = ", one_decimal(m.bytes / (1 << 20)), " MiB per ", m.holder,
+               " at most; this process may allocate ", room.describe()));
+}
+
+/// Refuses, before anything is allocated, embedding tables that cannot fit the memory this
+/// process may allocate (current_memory_headroom: physical memory, RLIMIT_AS less VmSize,
+/// RLIMIT_DATA less VmData): errc::out_of_memory naming the tables, the rows per server, the
+/// bytes per row and the least --servers that would fit. Every rank checks (the same sizes, its
+/// own limit), so a refused job ends on every rank at once.
 void check_table_memory(const flags& f, int table_holders) {
-  const double features = 26;  // both models' Criteo layout
-  const double floats_per_feature =
-      static_cast<double>(f.dim + 1) + (f.model == "wide_deep" ? 2.0 : 0.0);
-  const double bytes = features * static_cast<double>(f.table_rows) * floats_per_feature *
-                       sizeof(float) / table_holders;
-  const double memory =
-      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  if (memory > 0 && bytes > memory)
-    fail(errc::out_of_range,
-         cat("--table-rows ", f.table_rows, " --dim ", f.dim, ": the embedding tables need ",
-             bytes / (1 << 30), " GiB per process (26 tables x ", f.table_rows, " rows x ",
-             floats_per_feature, " floats",
-             table_holders > 1 ? cat(" / ", table_holders, " servers") : "",
-             ") but this machine has ", memory / (1 << 30),
-             " GiB; lower --table-rows or --dim, or spread the tables over more server processes "
-             "(mpiexec with --servers)"));
+  const table_memory m = embedding_memory(f, table_holders, f.process != nullptr);
+  const memory_headroom room = current_memory_headroom();
+  if (m.bytes <= static_cast<double>(room.bytes)) return;
+  // The rehearsal of what this check prevents (tests/mpi/ctr_train_tables_beyond_one_process):
+  // a job that runs out of memory while training.
+  if (const char* skip = std::getenv("STRATA_SKIP_TABLE_MEMORY_CHECK"); skip && *skip == '1')
+    return;
+  const bool sharded = f.strategy != "allreduce";
+  int fits = 0;  // the least number of server processes whose share fits this headroom
+  for (int s = f.process != nullptr ? std::max(table_holders, 1) + 1 : 1; sharded && s <= 65536;
+       ++s)
+    if (embedding_memory(f, s, true).bytes <= static_cast<double>(room.bytes)) {
+      fits = s;
+      break;
+    }
+  std::string what_to_do;
+  if (!sharded)
+    what_to_do =
+        "lower --table-rows or --dim, or keep the tables on parameter servers (--strategy ps or "
+        "hybrid under mpiexec with --servers S: each server process holds 1/S of the rows)";
+  else if (fits == 0)
+    what_to_do = "lower --table-rows or --dim (even 65536 server processes would not hold them)";
+  else
+    what_to_do = cat("run ", f.process != nullptr ? "" : "under mpiexec with ", "--servers ", fits,
+                     " or more (mpiexec -n <workers + ", fits,
+                     ">: each server process holds 1/S of the rows), or lower --table-rows or "
+                     "--dim");
+  fail(errc::out_of_memory,
+       cat("the embedding tables do not fit one ", m.holder, ": table ", m.widest, " (and each of ",
+           describe_tables(m, f), ") needs ", m.rows_per_server, " rows per ",
+           sharded ? "server" : "replica",
+           m.per_process > 1
+               ? cat(", ", m.per_process, sharded ? " servers" : " replicas", " in this process")
+               : "",
+           ", up to ", one_decimal(m.store_bytes_per_row), " bytes per row (", m.payload,
+           " B weights + Adagrad state", sharded ? ", the rest key and index" : "", "): ", m.rows,
+           " rows = ", one_decimal(m.bytes / (1 << 20)), " MiB per ", m.holder,
+           ", but this process may allocate ", room.describe(), "; ", what_to_do));
 }
 
 flags parse(int argc, char** argv) {
@@ -1070,10 +1193,26 @@ void advise(flags& f, const datasets& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(STRATA_WITH_MPI)
+  // Outside the try: a rank that fails must not reach MPI_Finalize while its peers still wait
+  // for it (a server for requests, workers for replies) — end_job aborts the whole job instead.
+  std::optional<mpi::environment> mpi_env;
+#endif
+  // After a failure has been printed: under mpirun with peers, MPI_Abort stops every rank (Open
+  // MPI's launcher exits non-zero); otherwise the exit code is returned.
+  const auto end_job = [&](int code) {
+#if defined(STRATA_WITH_MPI)
+    if (mpi_env && mpi_env->owns() && mpi::environment::world_size() > 1) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, code);
+    }
+#endif
+    return code;
+  };
   try {
     flags f = parse(argc, argv);
 #if defined(STRATA_WITH_MPI)
-    std::optional<mpi::environment> mpi_env;
     std::optional<mpi::transport> mpi_endpoint;
     std::optional<comm::crash_after<mpi::transport>> crashing;
     std::optional<comm::any_transport> endpoint;
@@ -1121,9 +1260,10 @@ int main(int argc, char** argv) {
       f.options.compute_slowdown[static_cast<std::size_t>(worker)] = factor;
     }
     adopt_file_hashing(f);  // converted --data: the tables' rows from its files
-    check_table_memory(f, f.process != nullptr && f.strategy != "allreduce" && f.options.servers > 0
-                              ? f.options.servers
-                              : 1);
+    // Servers the rows spread over: --servers, or one shard per worker when co-located.
+    const int table_servers = f.options.servers > 0 ? f.options.servers : f.options.workers;
+    if (f.leader()) report_table_memory(f, table_servers);
+    check_table_memory(f, table_servers);
     const datasets d = load_data(f);
     STRATA_EXPECTS(d.train->size() > 0, "no training data");
     if (const std::size_t available = f.options.epochs * steps_per_epoch(f, *d.train);
@@ -1136,13 +1276,19 @@ int main(int argc, char** argv) {
     if (!f.advise) train_model(f, d);
     return 0;
   } catch (const std::bad_alloc&) {
+    const memory_headroom room = current_memory_headroom();
+    std::string rank;  // under mpirun, which process ran out
+    for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+      if (const char* r = std::getenv(name); r != nullptr && rank.empty())
+        rank = cat(" in MPI rank ", r);
     std::fprintf(stderr,
-                 "ctr_train: out of memory — the tables (--table-rows x --dim) or the data "
-                 "(--synthetic / --data rows) do not fit; lower them, or spread the tables over "
-                 "more server processes (mpiexec with --servers)\n");
-    return 1;
+                 "ctr_train: out of memory%s (%s left) — the tables (--table-rows x --dim) or "
+                 "the data (--synthetic / --data rows) do not fit; lower them, or spread the "
+                 "tables over more server processes (mpiexec with --servers)\n",
+                 rank.c_str(), room.describe().c_str());
+    return end_job(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ctr_train: %s\n", e.what());
-    return 1;
+    return end_job(1);
   }
 }

@@ -386,3 +386,44 @@ TEST_CASE("row_store refuses bad shapes and a slot array of the wrong size",
   CHECK(store.empty());
   CHECK(calls.empty());
 }
+
+TEST_CASE("row_store::max_bytes bounds bytes() as a store grows, bytes_per_row the large ones",
+          "[core][row_store]") {
+  // Chunks and index follow from the rows exactly; only the key array's spare capacity
+  // (0 .. rows keys) is a bound. So bytes() lies in [max_bytes − 8 · rows, max_bytes].
+  const std::size_t first_chunk = GENERATE(std::size_t{4}, row_store::chunk_rows);
+  const std::size_t dim = 16, state = GENERATE(std::size_t{0}, std::size_t{16});
+  row_store store(dim, state, first_chunk);
+  std::map<std::uint64_t, int> calls;
+  std::mt19937_64 rng(first_chunk + state);
+  std::size_t checked = 0;
+  double worst = 0;  // the largest bytes() / max_bytes seen: the bound is tight
+  for (std::size_t rows = 1; rows <= 300'000; rows = rows < 64 ? rows + 1 : rows + rows / 7) {
+    while (store.size() < rows)
+      store.find_or_create(rng(), counting_fill{&calls});
+    const std::uint64_t bound = row_store::max_bytes(rows, dim, state, first_chunk);
+    INFO("rows " << rows << ", bytes " << store.bytes() << ", max_bytes " << bound);
+    REQUIRE(store.bytes() <= bound);
+    REQUIRE(store.bytes() >= bound - 8 * rows);
+    worst = std::max(worst, static_cast<double>(store.bytes()) / static_cast<double>(bound));
+    ++checked;
+  }
+  CHECK(checked > 100);
+  CHECK(worst > 0.99);
+  CHECK(row_store::max_bytes(0, dim, state, first_chunk) == 0);
+  // Large stores: at most bytes_per_row a row (the last chunk's spare rows aside), which is
+  // the payload + 16 B of key + 11.43 B of index; and not far below it.
+  const double per_row = row_store::bytes_per_row(dim, state);
+  CHECK(per_row == Approx(4.0 * static_cast<double>(dim + state) + 16 + 4 / 0.35));
+  const double measured = static_cast<double>(store.bytes()) / static_cast<double>(store.size());
+  CHECK(measured <=
+        per_row + 4.0 * (dim + state) * row_store::chunk_rows / static_cast<double>(store.size()));
+  CHECK(measured > 0.8 * per_row);
+  for (const std::uint64_t rows : {std::uint64_t{1} << 20, (std::uint64_t{1} << 20) + 1,
+                                   std::uint64_t{3'000'000}, std::uint64_t{700'001}})
+    CHECK(static_cast<double>(row_store::max_bytes(rows, dim, state, first_chunk)) /
+              static_cast<double>(rows) <=
+          per_row + 4.0 * (dim + state) * row_store::chunk_rows / static_cast<double>(rows));
+  // 10^6 SGD rows of dim 16 (bench_embedding's 80.8 B measured): bound 91.4 B.
+  CHECK(row_store::bytes_per_row(16, 0) == Approx(91.43).epsilon(0.001));
+}

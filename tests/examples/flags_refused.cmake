@@ -17,7 +17,7 @@ set(cases
   "1|--link-gbps: 'nan' is not finite|--link-gbps|nan"
   "1|--link-latency-us: '-1000' is out of range|--link-latency-us|-1000"
   "1|--table-rows: '1e15' is out of range|--table-rows|1e15"
-  "1|the embedding tables need|--table-rows|1e11|--dim|64"
+  "1|the embedding tables do not fit one process: table C1|--table-rows|1e11|--dim|64"
   "1|--crash-after-sends: '0' is out of range|--crash-rank|1|--crash-after-sends|0"
   "1|--crash-rank R and --crash-after-sends N go together|--crash-rank|1"
   "1|--crash-phase: 'pulls' is not accepted~ accepted: any, pull, push, allreduce, checkpoint|--crash-phase|pulls"

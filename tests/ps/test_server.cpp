@@ -1,10 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include <oneapi/tbb/global_control.h>
@@ -12,12 +15,14 @@
 #include "ps/harness.hpp"
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/int8_block.hpp"
+#include "strata/core/memory.hpp"
 #include "strata/core/timer.hpp"
 #include "strata/embedding/init.hpp"
 #include "strata/embedding/local.hpp"
 #include "strata/optim/adagrad.hpp"
 #include "strata/optim/sgd.hpp"
 #include "support/ensure.hpp"
+#include "support/skip.hpp"
 
 using namespace strata;
 using ps_test::run_job;
@@ -483,4 +488,81 @@ TEST_CASE("the dense table's key plan: changing key lists equal a plain table, e
     CHECK(servers[0]->rows(0) > 0);
     CHECK(servers[1]->rows(0) > 0);
   }
+}
+
+TEST_CASE("a server's rows take at most shard_table_bytes", "[ps][memory]") {
+  // The start-up check's estimate of a server's table (ctr_train) against the stripes' real
+  // row stores: every row imported, so the stripes hold rows / 64 each, give or take the hash.
+  const std::size_t dim = 16, state = optim::adagrad::state_floats(dim);
+  for (const std::uint64_t rows : {std::uint64_t{3'000}, std::uint64_t{100'000}}) {
+    const ps::shard_map map(ps::layout::dedicated(1, 1), {{"C1", rows, dim}});
+    ps::server<optim::adagrad, ps::sync> server(map, 0);
+    const std::vector<float> w(dim, 0.5f), s(state, 0.0f);
+    for (std::uint64_t key = 0; key < rows; ++key)
+      server.import_row(0, key, w, s);
+    const auto bound = ps::shard_table_bytes(rows, dim, state);
+    INFO("rows " << rows << ": bytes " << server.bytes(0) << ", shard_table_bytes " << bound);
+    CHECK(server.rows(0) == rows);
+    CHECK(server.bytes(0) <= bound);
+    CHECK(static_cast<double>(server.bytes(0)) >= 0.85 * static_cast<double>(bound));
+  }
+  // Large tables: about bytes_per_row a row.
+  const double big = static_cast<double>(ps::shard_table_bytes(100'000'000, dim, state));
+  CHECK(big / 1e8 <= row_store::bytes_per_row(dim, state) * 1.001);
+  CHECK(big / 1e8 >= 4.0 * (dim + state) + 8);
+}
+
+TEST_CASE("a server that runs out of memory answers errc::out_of_memory naming the table",
+          "[ps][memory]") {
+  // The real failure, not a simulated one: the worker lowers the process's address-space
+  // limit to 96 MiB above what it maps, then pulls 800k new rows of dim 64 (~205 MiB), 8000 a
+  // pull, from a server thread of the same process. The server's row store fails to allocate
+  // (std::bad_alloc), the server answers with an error reply and keeps serving.
+  if (strata_test::sanitized()) {
+    strata_test::skip("sanitizer build: its shadow memory and allocator defeat address limits");
+    return;
+  }
+  const std::size_t dim = 64, keys = 800'000;
+  const ps::shard_map map(ps::layout::dedicated(1, 1), {{"C1", 0, dim}});
+  comm::thread_world world(2, {.timeout_seconds = 60});
+  std::string text;
+  errc code = errc::internal;
+  std::size_t rows_after = 0;
+  world.run([&](comm::thread_transport& t) {
+    if (t.rank() == 1) {
+      ps::server<optim::sgd, ps::async> server(map, 0);
+      server.serve(t);
+      rows_after = server.rows(0);
+      return;
+    }
+    ps::client<ps::async> c(t, map);
+    constexpr std::size_t batch = 8000;  // keys a pull: small replies, the rows pile up
+    matrix<float> rows(batch, dim);
+    {
+      rlimit old{};
+      REQUIRE(::getrlimit(RLIMIT_AS, &old) == 0);
+      rlimit low = old;
+      low.rlim_cur = current_process_memory().address_space + (96u << 20);
+      REQUIRE(::setrlimit(RLIMIT_AS, &low) == 0);
+      try {
+        for (std::uint64_t first = 0; first < keys; first += batch)
+          c.pull(0, iota_keys(batch, first), rows);
+      } catch (const error& e) {
+        code = e.code();
+        text = e.what();
+      }
+      ::setrlimit(RLIMIT_AS, &old);
+    }
+    // Still serving: a small pull works.
+    matrix<float> one(1, dim);
+    c.pull(0, std::vector<std::uint64_t>{7}, one);
+    c.shutdown();
+  });
+  CHECK(code == errc::out_of_memory);
+  CHECK_THAT(text, Catch::Contains("out of memory serving table C1 (0), of which it holds") &&
+                       Catch::Contains("this server holds") &&
+                       Catch::Contains("run more server processes (--servers)"));
+  INFO(text);
+  CHECK(rows_after > 1000);  // rows made before the allocation failed stay usable
+  CHECK(rows_after < keys);
 }

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <string_view>
 
 namespace strata_test {
@@ -37,6 +38,23 @@ inline skip_record& skips() {
 inline void skip(std::string_view reason) {
   WARN("SKIP: " << reason);
   skips().current_skipped = true;
+}
+
+/// Whether this is a sanitizer build (compiled with ASan / TSan / MSan, or STRATA_SANITIZED set
+/// by the sanitizer CI job): their shadow memory reserves terabytes of address space, and their
+/// allocators abort instead of throwing std::bad_alloc, so address-space limits cannot be tested.
+inline bool sanitized() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#else
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+  return true;
+#endif
+#endif
+  return std::getenv("STRATA_SANITIZED") != nullptr;
+#endif
 }
 
 /// The runner's exit code: 1 when a case failed (other than a skipped case's missing

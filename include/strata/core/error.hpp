@@ -25,6 +25,7 @@ enum class errc {
   unsupported,       ///< a feature is not available in this build or configuration
   internal,          ///< a broken invariant inside strata (a bug: please report it)
   diverged,          ///< training produced a non-finite loss, gradient or parameter
+  out_of_memory,     ///< data does not fit the memory (or address space) a process may use
 };
 
 /// Human-readable name of an error code.
@@ -52,6 +53,8 @@ constexpr std::string_view to_string(errc code) noexcept {
       return "internal";
     case errc::diverged:
       return "diverged";
+    case errc::out_of_memory:
+      return "out_of_memory";
   }
   return "unknown";
 }

@@ -211,7 +211,7 @@ struct error_info {
 
 /// The last error code an error reply may carry: every strata::error a server raises travels
 /// with its code (the static_assert fails when core/error.hpp gains a code after it).
-inline constexpr errc errc_last = errc::diverged;
+inline constexpr errc errc_last = errc::out_of_memory;
 static_assert(to_string(static_cast<errc>(static_cast<int>(errc_last) + 1)) == "unknown",
               "strata::errc has a code after ps::errc_last: move errc_last to it, so error "
               "replies carrying the new code decode");

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <span>
 #include <thread>
 #include <utility>
@@ -50,6 +51,23 @@ struct server_options {
   uniform_init init{};       ///< initial row values (must match every other storage)
   std::size_t stripes = 64;  ///< lock stripes per table (a power of two)
 };
+
+/// A lock stripe's first chunk: a table has `stripes` row stores, most of a few rows when the
+/// table is small, so they start at 4 rows and grow (doubling) to 1024-row chunks.
+inline constexpr std::size_t stripe_first_chunk_rows = 4;
+
+/// The bytes a server's rows of one table take once it holds `rows` of them, in the
+/// `stripes` row stores of its lock stripes (4-row first chunks, growing), each taken as
+/// holding rows / stripes of them (the key hash spreads them about evenly):
+/// stripes · `row_store::max_bytes`. With rows ≫ 1024 · stripes, about rows ·
+/// `row_store::bytes_per_row(dim, state_floats)`. `stripes`: server_options::stripes (64 by
+/// default). What ctr_train's start-up check and report use.
+[[nodiscard]] constexpr std::uint64_t shard_table_bytes(std::uint64_t rows, std::size_t dim,
+                                                        std::size_t state_floats,
+                                                        std::size_t stripes = 64) {
+  const std::uint64_t per_stripe = (rows + stripes - 1) / stripes;
+  return stripes * row_store::max_bytes(per_stripe, dim, state_floats, stripe_first_chunk_rows);
+}
 
 /// Load counters of one shard (a snapshot), so a hot shard is visible.
 struct shard_stats {
@@ -316,6 +334,19 @@ class server {
     return n;
   }
 
+  /// Bytes of table `t`'s rows on this server (`row_store::bytes` of its stripes: index, keys
+  /// and chunks). Takes the stripe locks.
+  [[nodiscard]] std::size_t bytes(std::size_t t) const {
+    map_.check_table(t, "ps::server::bytes");
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < options_.stripes; ++s) {
+      auto& st = tables_[t]->stripes[s];
+      std::lock_guard lock(st.mutex);
+      n += st.rows.bytes();
+    }
+    return n;
+  }
+
   /// Checkpoint export: calls `fn(table, key, weights, state)` for every row held (keys in no
   /// particular order), holding that row's stripe lock during the call.
   template <class Fn>
@@ -353,9 +384,6 @@ class server {
   }
 
  private:
-  /// A stripe's first chunk: a table has `stripes` row stores, most of a few rows when the
-  /// table is small, so they start at 4 rows and grow (doubling) to 1024-row chunks.
-  static constexpr std::size_t stripe_first_chunk_rows = 4;
   struct stripe {
     stripe(std::size_t dim, std::size_t state_floats)
         : rows(dim, state_floats, stripe_first_chunk_rows) {}
@@ -604,6 +632,9 @@ class server {
     } catch (const error& e) {
       code = e.code();
       text = e.what();
+    } catch (const std::bad_alloc&) {
+      code = errc::out_of_memory;
+      text = out_of_memory_text(table);
     } catch (const std::exception& e) {
       text = e.what();
     }
@@ -612,6 +643,28 @@ class server {
         reply, static_cast<std::uint32_t>(worker), type, table, step, code,
         cat("ps server ", index_, " (rank ", map_.roles().server_rank(index_), "): ", text));
     send(t, map_.roles().worker_rank(worker), std::move(reply));
+  }
+
+  /// What a request that ran out of memory tells its worker: the table, the rows and bytes
+  /// this server holds, and what to do (a fixed sentence if even that cannot be allocated).
+  std::string out_of_memory_text(std::uint32_t table) const {
+    try {
+      std::size_t rows_held = 0, bytes_held = 0;
+      for (std::size_t t = 0; t < tables_.size(); ++t) {
+        rows_held += rows(t);
+        bytes_held += bytes(t);
+      }
+      const bool known = table < map_.table_count();
+      return cat("out of memory serving table ", known ? map_.spec(table).name : std::string("?"),
+                 " (", table, "), of which it holds ", known ? rows(table) : 0,
+                 " rows; this server holds ", rows_held, " rows of every table in ",
+                 bytes_held >> 20,
+                 " MiB. The tables do not fit the memory this server process may use (its "
+                 "address-space or data limit, or the machine's memory): run more server "
+                 "processes (--servers), give each more memory, or lower the table rows");
+    } catch (...) {
+      return "out of memory (and too little left to describe it); run more server processes";
+    }
   }
 
   /// Keys must be owned by this shard.
