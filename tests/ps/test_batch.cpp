@@ -3,6 +3,7 @@
 // per table, and of a local table; every bad entry rejected before anything is sent.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -37,6 +38,14 @@ std::vector<std::uint64_t> keys_of(int worker, int step, std::size_t table,
     const std::uint64_t rows = sp[table].rows == 0 ? 30 : sp[table].rows;
     keys[i] = rng.below(i + 1, rows);
     if (sp[table].rows == 0) keys[i] = keys[i] * 0x9E3779B97F4A7C15ull;
+  }
+  // Every kind of key list a pull handles: strictly ascending (in-process pulls read those
+  // rows straight into the output), distinct but descending (they may not), and as drawn
+  // (duplicates, any order).
+  if (const int kind = (step + static_cast<int>(table)) % 3; kind != 0) {
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    if (kind == 2) std::reverse(keys.begin(), keys.end());
   }
   return keys;
 }

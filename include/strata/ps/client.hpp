@@ -387,7 +387,9 @@ class client {
     std::vector<std::vector<std::uint32_t>> server_slots;  // per server: their indexes in unique
     std::vector<std::vector<std::byte>> replies;           // per server: its reply (empty: none)
     std::vector<const std::byte*> source;                  // fp32: unique row u in a reply
-    std::vector<float> rows;                               // fp16: decoded unique rows
+    std::vector<float> rows;                               // in-process: unique rows
+    matrix_view<float> out;  // the pull's output; in-process, strictly ascending keys in fp32
+    bool direct = false;     // are read into it directly (unique row u is out's row u)
   };
 
   /// Validates a batch before anything is sent: table indexes, distinct tables, keys inside
@@ -432,6 +434,8 @@ class client {
       st.step = steps_[st.table];
       position_[st.table] = static_cast<std::ptrdiff_t>(p);
       deduplicate(pulls[p].keys, st);
+      st.out = pulls[p].out;
+      st.direct = in_process() && !options_.fp16_pulls && strictly_ascending(pulls[p].keys);
       partition(st, servers);
       if (in_process()) continue;  // read at finish (at once under async: see below)
       for (std::size_t s = 0; s < servers; ++s) {
@@ -462,14 +466,18 @@ class client {
     for (std::size_t p = 0; p < count; ++p) {
       pull_state& st = states_[p];
       const std::size_t dim = st.dim;
-      st.rows.resize(st.unique.size() * dim);
+      // Strictly ascending keys are their own unique list (deduplicate: unique row u is key
+      // u), so their rows go straight into the pull's output.
+      if (!st.direct) st.rows.resize(st.unique.size() * dim);
       for (std::size_t s = 0; s < st.server_keys.size(); ++s) {
         if (st.server_keys[s].empty()) continue;
         const auto& slots = st.server_slots[s];
-        options_.in_process_servers[s](worker_, st.table, st.step, st.server_keys[s],
-                                       [&](std::size_t j, const float* row) {
-                                         std::copy_n(row, dim, st.rows.data() + slots[j] * dim);
-                                       });
+        options_.in_process_servers[s](
+            worker_, st.table, st.step, st.server_keys[s], [&](std::size_t j, const float* row) {
+              float* into =
+                  st.direct ? st.out.row(slots[j]).data() : st.rows.data() + slots[j] * dim;
+              std::copy_n(row, dim, into);
+            });
       }
       if (options_.fp16_pulls) {  // the rows a fp16 reply would carry
         half_bytes_.resize(half.max_encoded_bytes(st.rows.size()));
@@ -485,6 +493,7 @@ class client {
       if (!in_process_read_) read_in_process(pulls.size());
       for (std::size_t p = 0; p < pulls.size(); ++p) {
         const pull_state& st = states_[p];
+        if (st.direct) continue;  // read into the output already
         for (std::size_t i = 0; i < pulls[p].keys.size(); ++i)
           std::copy_n(st.rows.data() + st.slot_of[i] * st.dim, st.dim, pulls[p].out.row(i).begin());
       }

@@ -396,9 +396,16 @@ class server {
     wire_codec codec = wire_codec::fp32;
     std::vector<std::uint64_t> keys;
   };
+  /// A push's gradient rows: fp32 rows are read where they arrived, in the request message
+  /// (kept alive here: no decoded copy); compressed rows are decoded into `decoded`.
+  struct push_grads {
+    std::vector<std::byte> message;
+    std::vector<float> decoded;
+    std::span<const float> values;
+  };
   struct sync_step {
     std::vector<std::vector<std::uint64_t>> keys;  // per worker
-    std::vector<std::vector<float>> grads;         // per worker
+    std::vector<push_grads> grads;                 // per worker
     std::vector<char> arrived;
     int count = 0;
   };
@@ -614,7 +621,7 @@ class server {
 
   /// Runs `handle`, turning any failure into an error reply to the worker.
   template <comm::transport T>
-  void handle_reporting(T& t, int worker, std::span<const std::byte> bytes) {
+  void handle_reporting(T& t, int worker, std::vector<std::byte>& bytes) {
     // The failed request's type as sent (even if it does not decode), so the client can tell
     // which of its requests the error answers.
     msg_type type = msg_type::pull_request;
@@ -677,8 +684,8 @@ class server {
   }
 
   template <comm::transport T>
-  void handle(T& t, int worker, std::span<const std::byte> bytes, msg_type& type,
-              std::uint32_t& table, std::uint64_t& step) {
+  void handle(T& t, int worker, std::vector<std::byte>& bytes, msg_type& type, std::uint32_t& table,
+              std::uint64_t& step) {
     request r = decode_request(bytes, map_, Consistency::code, worker);
     type = r.h.type;
     table = r.h.table;
@@ -696,7 +703,7 @@ class server {
     if (r.h.type == msg_type::pull_request)
       handle_pull(t, worker, r);
     else
-      handle_push(t, worker, r);
+      handle_push(t, worker, r, bytes);
   }
 
   /// Whether a pull for `step` may be served now (table mutex held).
@@ -774,21 +781,34 @@ class server {
   }
 
   template <comm::transport T>
-  void handle_push(T& t, int worker, request& r) {
+  void handle_push(T& t, int worker, request& r, std::vector<std::byte>& message) {
     const header& h = r.h;
     std::vector<std::uint64_t> keys = std::move(r.keys);
-    std::vector<float> grads(keys.size() * h.dim);
+    push_grads grads;
+    const std::size_t values = keys.size() * h.dim;
     if constexpr (std::is_same_v<PushCodec, compress::identity>) {
       if (h.codec != wire_codec::fp32)
         fail(errc::bad_message, cat("ps protocol: push codec ", static_cast<int>(h.codec),
                                     " but this server expects fp32 gradients"));
-      if (!grads.empty()) std::memcpy(grads.data(), r.values.data(), grads.size() * 4);
+      // The rows are read in place (the message moves into the step) when they are aligned
+      // as floats — they are, after the 48-byte header and 8-byte keys, in any allocator's
+      // buffer — else copied once.
+      if (reinterpret_cast<std::uintptr_t>(r.values.data()) % alignof(float) == 0) {
+        grads.values = {reinterpret_cast<const float*>(r.values.data()), values};
+        grads.message = std::move(message);
+      } else {
+        grads.decoded.resize(values);
+        if (values != 0) std::memcpy(grads.decoded.data(), r.values.data(), values * 4);
+        grads.values = grads.decoded;
+      }
     } else {
       if (h.codec != wire_codec::compressed)
         fail(errc::bad_message,
              cat("ps protocol: push codec ", static_cast<int>(h.codec), " but this server expects ",
                  PushCodec::name, "-compressed gradients"));
-      codec_.decode(r.values, std::span<float>(grads));  // validates the size
+      grads.decoded.resize(values);
+      codec_.decode(r.values, std::span<float>(grads.decoded));  // validates the size
+      grads.values = grads.decoded;
     }
     push_requests_.fetch_add(1, std::memory_order_relaxed);
     keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
@@ -812,7 +832,7 @@ class server {
         check_push_step(tab, h.table, worker, h.step);
         ++tab.received[w];
       }
-      apply_rows(tab, h.table, keys, grads);
+      apply_rows(tab, h.table, keys, grads.values);
       std::unique_lock lock(tab.mutex);
       ++tab.applied[w];
       tab.applied_cv.notify_all();
@@ -905,12 +925,12 @@ class server {
                                        [&](const auto& k) { return k == s.keys[0]; });
     if (same_keys) {
       if (s.grads.size() == 1) {
-        apply_rows(tab, table, s.keys[0], s.grads[0]);
+        apply_rows(tab, table, s.keys[0], s.grads[0].values);
         return;
       }
-      tab.step_grads.assign(s.grads[0].begin(), s.grads[0].end());
+      tab.step_grads.assign(s.grads[0].values.begin(), s.grads[0].values.end());
       for (std::size_t w = 1; w < s.grads.size(); ++w) {
-        const float* from = s.grads[w].data();
+        const float* from = s.grads[w].values.data();
         float* into = tab.step_grads.data();
         for (std::size_t i = 0, n = tab.step_grads.size(); i < n; ++i)
           into[i] += from[i];
@@ -922,7 +942,8 @@ class server {
     tab.step_grads.clear();
     for (std::size_t w = 0; w < s.keys.size(); ++w) {
       tab.step_keys.insert(tab.step_keys.end(), s.keys[w].begin(), s.keys[w].end());
-      tab.step_grads.insert(tab.step_grads.end(), s.grads[w].begin(), s.grads[w].end());
+      tab.step_grads.insert(tab.step_grads.end(), s.grads[w].values.begin(),
+                            s.grads[w].values.end());
     }
     tab.summed.sum_duplicates(
         tab.step_keys,
