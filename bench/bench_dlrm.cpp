@@ -12,7 +12,7 @@
 ///    divided into (a) a large 2048³ sgemm's rate on all threads and (b) the rate of the step's
 ///    largest layer (367→512) alone, forward and backward, through nn::linear;
 ///  - strata on each GEMM engine of the build (eigen, onednn, cblas) — the choice of
-///    nn::default_gemm_engine.
+///    nn::default_gemm_engine().
 /// Verifies first that SGD steps lower the loss on a fixed batch, on every engine.
 ///
 ///   bench_dlrm [--quick] [--json PATH] [--peer PATH/dlrm_torch.py] [--python /usr/bin/python3]
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
   const auto measure_ours = [&] {
     for (const auto engine : engines) {
       for (const int t : {1, threads}) {
-        if (t == 1 && engine != nn::default_gemm_engine && threads > 1) continue;
+        if (t == 1 && engine != nn::default_gemm_engine() && threads > 1) continue;
         tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
                                   static_cast<std::size_t>(t));
         for (const auto b : batches) {
@@ -262,9 +262,9 @@ int main(int argc, char** argv) {
         "libopenblas0-pthread) — ratios are 0\n");
 
   const double flops = gemm_flops_per_sample(models::dlrm::config{});
-  const double large_gflops = large_sgemm_gflops(nn::default_gemm_engine, threads);
+  const double large_gflops = large_sgemm_gflops(nn::default_gemm_engine(), threads);
   std::printf("GEMM flops per sample: %.3f M; 2048^3 sgemm (%s, %d threads): %.1f GFLOP/s\n",
-              flops / 1e6, std::string(nn::to_string(nn::default_gemm_engine)).c_str(), threads,
+              flops / 1e6, std::string(nn::to_string(nn::default_gemm_engine())).c_str(), threads,
               large_gflops);
 
   std::vector<bench::result> results;
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
           best_peer_label = label + "_" + std::to_string(t) + "t";
         }
     const std::string prefix = "dlrm_kaggle_train_b" + std::to_string(b) + "_";
-    const double ours_default = ours[{nn::default_gemm_engine, b, threads}];
+    const double ours_default = ours[{nn::default_gemm_engine(), b, threads}];
     for (const auto engine : engines) {
       for (const int t : {threads, 1}) {
         const auto it = ours.find({engine, b, t});
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
     const double large_limit = large_gflops * 1e9 / flops;
     results.push_back({prefix + "strata_vs_gemm_limit_2048cube", ours_default, "samples/s",
                        large_limit, ours_default / large_limit});
-    const double layer_rate = layer_gflops(nn::default_gemm_engine, b, 367, 512);
+    const double layer_rate = layer_gflops(nn::default_gemm_engine(), b, 367, 512);
     const double layer_limit = layer_rate * 1e9 / flops;
     std::printf(
         "batch %zu: layer 367->512 fwd+bwd %.1f GFLOP/s -> limit %.0f samples/s; "
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
   std::printf(
       "strata threads: %d (oneTBB default arena; rows 1t ran under global_control 1); "
       "default GEMM engine %s\n",
-      threads, std::string(nn::to_string(nn::default_gemm_engine)).c_str());
+      threads, std::string(nn::to_string(nn::default_gemm_engine())).c_str());
   for (const auto& [label, runs] : peers)
     for (const auto& [key, sps] : runs)
       std::printf("%s batch %zu threads %d: %.1f samples/s\n", label.c_str(), key.first, key.second,

@@ -250,7 +250,7 @@ peer_result run_peer(const std::string& python, const std::string& script, const
 
 struct settings {
   std::uint64_t rows = 100000;
-  nn::gemm_engine gemm = nn::default_gemm_engine;
+  nn::gemm_engine gemm = nn::default_gemm_engine();
   double seconds = 1.0;
   std::string python, script;
 };
@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
   s.rows = o.number<std::uint64_t>("--rows", o.quick ? 1000 : 100000, 1, std::uint64_t{1} << 32);
   s.seconds = static_cast<double>(o.number<int>("--ms", o.quick ? 200 : 1000, 10, 600000)) / 1e3;
   const fs::path repo = fs::path(__FILE__).parent_path().parent_path();
-  const auto gemm = o.get("--gemm", std::string(nn::to_string(nn::default_gemm_engine)));
+  const auto gemm = o.get("--gemm", std::string(nn::to_string(nn::default_gemm_engine())));
   if (const auto e = nn::parse_gemm_engine(gemm); e && nn::gemm_available(*e)) {
     s.gemm = *e;
   } else {

@@ -83,7 +83,8 @@ struct flags {
   std::optional<std::uint64_t> hash_seed;
   std::uint64_t distinct_ids = 200;
   std::size_t dim = 16;
-  nn::gemm_engine gemm = nn::default_gemm_engine;  ///< --gemm: the MLPs' matrix library
+  nn::gemm_engine gemm = nn::default_gemm_engine();  ///< --gemm: the MLPs' matrix library
+  bool gemm_given = false;                           ///< --gemm was passed
   /// --lr; 0 = the model's default: DLRM Adagrad 0.02 (larger rates, e.g. 0.05, throw the
   /// loss up in the first steps while Adagrad's accumulators are empty), Wide & Deep FTRL 0.05.
   float lr = 0.0f;  ///< the tables' learning rate (0 = the model's default)
@@ -192,8 +193,9 @@ struct probe_result {
       "                                (default 512-256 / 256-128; the output layer is added)\n"
       "  --straggler W:F                 worker W computes F times slower (F >= 1; repeatable)\n"
       "  --gemm cblas|onednn|eigen       library for the MLPs' matrix products (default: cblas\n"
-      "                                when built with libblas-dev, else eigen; engines agree up\n"
-      "                                to float rounding)\n"
+      "                                when built with libblas-dev, unless OpenBLAS runs a kernel\n"
+      "                                older than the CPU; then onednn, else eigen. The summary\n"
+      "                                says which and why; engines agree up to float rounding)\n"
       "  --gpu DEVICE                    DLRM's dense part on this CUDA device (cuda::dlrm; every\n"
       "                                worker shares it; tables stay on the CPU / servers)\n"
       "  --crash-rank R --crash-after-sends N   fault rehearsal: rank R fails on its N-th send\n"
@@ -416,11 +418,7 @@ flags parse(int argc, char** argv) {
   constexpr std::uint64_t many = std::uint64_t{1} << 40;  // counts no run here reaches
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
-      return argv[++i];
-    };
+    const auto value = [&] { return cli::flag_value(argc, argv, i); };
     // Every number is checked whole and in range (strata::cli): nothing is narrowed or wrapped.
     const auto integer = [&]<class T>(T lo, T hi) {
       return cli::parse_integer<T>(a, value(), lo, hi);
@@ -522,6 +520,7 @@ flags parse(int argc, char** argv) {
       const auto name = cli::parse_name(a, value(), {"cblas", "onednn", "eigen"});
       f.gemm = *nn::parse_gemm_engine(name);
       nn::expect_gemm_available(f.gemm, "--gemm");
+      f.gemm_given = true;
     } else if (a == "--gpu")
       f.gpu = integer(0, 63);
     else if (a == "--report-json")
@@ -811,6 +810,11 @@ void run(const flags& f, const typename Trainer::model_type::config& model_confi
   }
   std::printf("\n%-28s %s\n", "strategy", r.strategy.c_str());
   std::printf("%-28s %d workers, %d servers\n", "ranks", r.workers, r.servers);
+  if (f.gpu >= 0)
+    std::printf("%-28s cuBLAS (--gpu %d)\n", "dense GEMM", f.gpu);
+  else
+    std::printf("%-28s %s (%s)\n", "dense GEMM", std::string(nn::to_string(f.gemm)).c_str(),
+                f.gemm_given ? "--gemm" : nn::default_gemm_choice().reason.c_str());
   std::printf("%-28s %zu (%zu samples, %.1f s, %.0f samples/s)\n", "steps", r.steps, r.samples,
               r.seconds, r.samples_per_second);
   std::printf("%-28s auc %.4f  logloss %.4f\n", "train (last segment, w0)", r.train_auc,

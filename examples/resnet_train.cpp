@@ -90,11 +90,7 @@ struct flags {
     flags f;
     for (int i = 1; i < argc; ++i) {
       const std::string_view a = argv[i];
-      const auto value = [&]() -> std::string {
-        if (i + 1 >= argc)
-          fail(errc::invalid_argument, cat("resnet_train: flag ", a, " needs a value; see --help"));
-        return argv[++i];
-      };
+      const auto value = [&] { return cli::flag_value(argc, argv, i, "resnet_train: "); };
       // Strict values (strata::cli): whole numbers in range, finite reals, known names.
       const auto count = [&](std::size_t lo, std::size_t hi) {
         return cli::parse_integer<std::size_t>(a, value(), lo, hi);

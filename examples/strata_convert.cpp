@@ -64,11 +64,7 @@ flags parse(int argc, char** argv) {
   flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
-      return argv[++i];
-    };
+    const auto value = [&] { return cli::flag_value(argc, argv, i); };
     if (a == "--help" || a == "-h")
       usage(0);
     else if (a == "--out")

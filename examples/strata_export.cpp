@@ -90,11 +90,7 @@ flags parse(int argc, char** argv) {
   std::vector<std::string> checkpoint_flags;  // given flags that only a checkpoint export uses
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        fail(errc::invalid_argument, cat("flag ", a, " needs a value; see --help"));
-      return argv[++i];
-    };
+    const auto value = [&] { return cli::flag_value(argc, argv, i); };
     if (a.starts_with("--") && a != "--onnx" && a != "--overwrite" && a != "--help")
       checkpoint_flags.emplace_back(a);
     if (a == "--help" || a == "-h")

@@ -45,8 +45,9 @@ def link_flags(link, workers):
 
 
 class Runner:
-    def __init__(self, ctr_train, quick, log):
+    def __init__(self, ctr_train, quick, log, extra=()):
         self.ctr_train = ctr_train
+        self.extra = list(extra)  # flags added to every ctr_train run (e.g. --gemm eigen)
         self.quick = quick
         self.log = log
         self.tmp = tempfile.mkdtemp(prefix="strata-experiments-")
@@ -78,7 +79,8 @@ class Runner:
         """Runs ctr_train with `args`; returns its report (dict) plus the wall seconds."""
         self.count += 1
         report = os.path.join(self.tmp, f"run{self.count}.json")
-        cmd = [self.ctr_train, "--no-progress", "--report-json", report] + [str(a) for a in args]
+        cmd = ([self.ctr_train, "--no-progress", "--report-json", report] +
+               [str(a) for a in args] + self.extra)
         start = time.monotonic()
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wall = time.monotonic() - start
@@ -439,9 +441,12 @@ def main():
     parser.add_argument("--check-advisor", type=float, default=None, metavar="TOL",
                         help="fail unless every advisor prediction (experiments 1 and 3) is "
                              "within TOL (e.g. 0.25) of the measured step time")
+    parser.add_argument("--gemm", default=None, metavar="ENGINE",
+                        help="ctr_train --gemm for every run (default: the build's choice)")
     args = parser.parse_args()
     only = {int(x) for x in args.only.split(",") if x}
-    run = Runner(args.ctr_train, args.quick, sys.stdout)
+    run = Runner(args.ctr_train, args.quick, sys.stdout,
+                 ["--gemm", args.gemm] if args.gemm else [])
     run.tolerance = args.check_advisor
     started = time.monotonic()
     print("load average before: %.2f %.2f %.2f" % os.getloadavg(), flush=True)

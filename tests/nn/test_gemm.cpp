@@ -88,12 +88,12 @@ TEST_CASE("GEMM engine names, availability and refusals", "[nn][gemm]") {
     REQUIRE(nn::parse_gemm_engine(nn::to_string(e)) == e);
   REQUIRE_FALSE(nn::parse_gemm_engine("mkl").has_value());
   REQUIRE(nn::gemm_available(nn::gemm_engine::eigen));
-  REQUIRE(nn::gemm_available(nn::default_gemm_engine));
+  REQUIRE(nn::gemm_available(nn::default_gemm_engine()));
   REQUIRE(nn::gemm_available(nn::gemm_engine::onednn) == nn::onednn_available);
   REQUIRE(nn::gemm_available(nn::gemm_engine::cblas) == nn::cblas_available);
   nn::parameter_set ps;
   nn::linear layer(ps, 4, 3, "fc");
-  REQUIRE(layer.engine() == nn::default_gemm_engine);
+  REQUIRE(layer.engine() == nn::default_gemm_engine());
   for (const auto e : {nn::gemm_engine::onednn, nn::gemm_engine::cblas}) {
     if (nn::gemm_available(e)) {
       layer.set_engine(e);
@@ -162,4 +162,31 @@ TEST_CASE("DLRM on every GEMM engine: same logits up to rounding, bitwise across
     }
     REQUIRE(std::sqrt(diff) <= 1e-5 * std::sqrt(norm));
   }
+}
+
+TEST_CASE("the default GEMM engine avoids an OpenBLAS kernel older than the CPU", "[nn][gemm]") {
+  using nn::gemm_engine;
+  using nn::detail::choose_gemm_engine;
+  using nn::detail::openblas_core_suits_cpu;
+  // OpenBLAS's AVX2 / AVX-512 kernels suit an AVX2 CPU, in any letter case; older ones do not.
+  for (const char* core : {"Haswell", "Zen", "SkylakeX", "COOPERLAKE", "sapphirerapids"})
+    REQUIRE(openblas_core_suits_cpu(core, true));
+  for (const char* core : {"Prescott", "Core2", "Nehalem", "Sandybridge", "Haswel", ""})
+    REQUIRE_FALSE(openblas_core_suits_cpu(core, true));
+  REQUIRE(openblas_core_suits_cpu("Prescott", false));  // a CPU without AVX2: its own kernel
+  // The rule: CBLAS unless OpenBLAS fell back; then oneDNN, then Eigen — with a reason.
+  REQUIRE(choose_gemm_engine(true, true, "Haswell", true).engine == gemm_engine::cblas);
+  REQUIRE(choose_gemm_engine(true, false, "", true).engine == gemm_engine::cblas);
+  const auto fallback = choose_gemm_engine(true, true, "Prescott", true);
+  REQUIRE(fallback.engine == gemm_engine::onednn);
+  REQUIRE_THAT(fallback.reason,
+               Catch::Contains("Prescott") && Catch::Contains("OPENBLAS_CORETYPE"));
+  REQUIRE(choose_gemm_engine(true, false, "Prescott", true).engine == gemm_engine::eigen);
+  REQUIRE(choose_gemm_engine(false, true, "", true).engine == gemm_engine::onednn);
+  REQUIRE(choose_gemm_engine(false, false, "", true).engine == gemm_engine::eigen);
+  // This process's choice follows the same rule, is available and has a reason.
+  const auto& chosen = nn::default_gemm_choice();
+  REQUIRE(nn::gemm_available(chosen.engine));
+  REQUIRE_FALSE(chosen.reason.empty());
+  REQUIRE(&chosen == &nn::default_gemm_choice());
 }

@@ -108,6 +108,15 @@ inline std::string parse_name(std::string_view flag, std::string_view value,
   fail(errc::invalid_argument, cat(flag, ": '", value, "' is not accepted; accepted: ", accepted));
 }
 
+/// The value following the flag at argv[i] (i advances to it), or errc::invalid_argument
+/// "<prefix>flag <argv[i]> needs a value; see --help" when the flag is the last argument.
+inline std::string flag_value(int argc, const char* const* argv, int& i,
+                              std::string_view prefix = {}) {
+  if (i + 1 >= argc)
+    fail(errc::invalid_argument, cat(prefix, "flag ", argv[i], " needs a value; see --help"));
+  return argv[++i];
+}
+
 /// True when this process was started by mpirun / mpiexec (Open MPI, MPICH's PMI, PMIx set
 /// these in every process they start): the example programs then run one rank per process.
 inline bool launched_by_mpi() {

@@ -33,7 +33,7 @@ struct dlrm_config {
   /// The library multiplying the MLPs' matrices on the CPU (nn/gemm.hpp; cuda::dlrm uses
   /// cuBLAS whatever this says). Engines agree up to float rounding, not bitwise: runs that
   /// must reproduce each other bitwise use the same one.
-  nn::gemm_engine gemm = nn::default_gemm_engine;
+  nn::gemm_engine gemm = nn::default_gemm_engine();
 };
 
 /// Columns of DLRM's dot interaction output (the top MLP's input): the bottom MLP's d outputs

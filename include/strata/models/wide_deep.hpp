@@ -50,7 +50,7 @@ class wide_deep {
     std::vector<std::size_t> deep_mlp = {256, 128, 1};
     std::uint64_t seed = 0;  ///< initialisation seed of the dense parameters
     /// The library multiplying the deep MLP's matrices (nn/gemm.hpp).
-    nn::gemm_engine gemm = nn::default_gemm_engine;
+    nn::gemm_engine gemm = nn::default_gemm_engine();
   };
 
   wide_deep() : wide_deep(config{}) {}

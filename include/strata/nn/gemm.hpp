@@ -12,9 +12,11 @@
 /// links) is called once per process before the first product.
 ///
 /// Measured (bench_dlrm, docs/benchmarks.md): alone, both libraries beat Eigen by 1.2–1.6× per
-/// product on DLRM's shapes; on the whole DLRM step CBLAS (OpenBLAS) is the fastest and the
-/// default (`default_gemm_engine`). The CBLAS engine is only as fast as the library behind
-/// libblas.so.3: Debian's reference BLAS (without libopenblas0-pthread) is far slower.
+/// product on DLRM's shapes; on the whole DLRM step CBLAS (OpenBLAS) is the fastest where
+/// OpenBLAS knows the CPU, and the default then (`default_gemm_engine()`, which falls back to
+/// oneDNN when OpenBLAS runs a kernel older than the CPU). The CBLAS engine is only as fast as
+/// the library behind libblas.so.3: Debian's reference BLAS (without libopenblas0-pthread) is
+/// far slower.
 #pragma once
 
 #include <Eigen/Core>

@@ -28,7 +28,7 @@ enum class input_grad { plain, through_relu };
 /// every call takes the set's flat values (and gradients) span.
 ///
 /// Cost: forward 2·batch·in·out flops; backward 4·batch·in·out (2 without dx). Products run on
-/// the layer's GEMM engine (`set_engine`, default `default_gemm_engine`: oneDNN, CBLAS or
+/// the layer's GEMM engine (`set_engine`, default `default_gemm_engine()`: oneDNN, CBLAS or
 /// Eigen, see nn/gemm.hpp), single-threaded per block; the bias is the GEMM's initial output
 /// (beta = 1), the ReLU one pass over the block while it is in cache. Parallel (oneTBB) over fixed
 /// 128-row blocks for batch ≥ 256: dX and y row blocks are independent, dW = dYᵀX is split over
@@ -161,7 +161,7 @@ class linear {
   std::size_t out_ = 0;
   std::size_t weight_offset_ = 0;
   std::size_t bias_offset_ = 0;
-  gemm_engine engine_ = default_gemm_engine;
+  gemm_engine engine_ = default_gemm_engine();
 };
 
 }  // namespace strata::nn

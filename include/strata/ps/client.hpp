@@ -433,9 +433,9 @@ class client {
       st.dim = map_.spec(st.table).dim;
       st.step = steps_[st.table];
       position_[st.table] = static_cast<std::ptrdiff_t>(p);
-      deduplicate(pulls[p].keys, st);
+      const bool ascending = deduplicate(pulls[p].keys, st);
       st.out = pulls[p].out;
-      st.direct = in_process() && !options_.fp16_pulls && strictly_ascending(pulls[p].keys);
+      st.direct = in_process() && !options_.fp16_pulls && ascending;
       partition(st, servers);
       if (in_process()) continue;  // read at finish (at once under async: see below)
       for (std::size_t s = 0; s < servers; ++s) {
@@ -518,14 +518,14 @@ class client {
 
   /// st.unique ← the distinct keys, ascending; st.slot_of[i] ← index of keys[i] in st.unique.
   /// One flat-index probe per key, then a sort of the distinct keys only (with Zipf ids far
-  /// fewer than n).
-  void deduplicate(std::span<const std::uint64_t> keys, pull_state& st) {
+  /// fewer than n). Returns whether `keys` were strictly ascending (then st.unique = keys).
+  bool deduplicate(std::span<const std::uint64_t> keys, pull_state& st) {
     const std::size_t n = keys.size();
     if (strictly_ascending(keys)) {  // already distinct and in the protocol's order
       st.unique.assign(keys.begin(), keys.end());
       st.slot_of.resize(n);
       std::iota(st.slot_of.begin(), st.slot_of.end(), std::uint32_t{0});
-      return;
+      return true;
     }
     seen_.clear();
     seen_.reserve(n);
@@ -545,6 +545,7 @@ class client {
     }
     for (auto& slot : st.slot_of)
       slot = static_cast<std::uint32_t>(rank_[slot]);
+    return false;
   }
   void partition(pull_state& st, std::size_t servers) {
     st.server_keys.resize(servers);

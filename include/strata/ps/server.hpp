@@ -325,26 +325,14 @@ class server {
   /// Rows of table t held by this shard.
   [[nodiscard]] std::size_t rows(std::size_t t) const {
     map_.check_table(t, "ps::server::rows");
-    std::size_t n = 0;
-    for (std::size_t s = 0; s < options_.stripes; ++s) {
-      auto& st = tables_[t]->stripes[s];
-      std::lock_guard lock(st.mutex);
-      n += st.rows.size();
-    }
-    return n;
+    return sum_over_stripes(t, [](const auto& store) { return store.size(); });
   }
 
   /// Bytes of table `t`'s rows on this server (`row_store::bytes` of its stripes: index, keys
   /// and chunks). Takes the stripe locks.
   [[nodiscard]] std::size_t bytes(std::size_t t) const {
     map_.check_table(t, "ps::server::bytes");
-    std::size_t n = 0;
-    for (std::size_t s = 0; s < options_.stripes; ++s) {
-      auto& st = tables_[t]->stripes[s];
-      std::lock_guard lock(st.mutex);
-      n += st.rows.bytes();
-    }
-    return n;
+    return sum_over_stripes(t, [](const auto& store) { return store.bytes(); });
   }
 
   /// Checkpoint export: calls `fn(table, key, weights, state)` for every row held (keys in no
@@ -384,6 +372,17 @@ class server {
   }
 
  private:
+  /// Σ over table t's stripes of `count(stripe's row store)`, each under its stripe lock.
+  template <class Count>
+  [[nodiscard]] std::size_t sum_over_stripes(std::size_t t, Count&& count) const {
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < options_.stripes; ++s) {
+      auto& st = tables_[t]->stripes[s];
+      std::lock_guard lock(st.mutex);
+      n += count(st.rows);
+    }
+    return n;
+  }
   struct stripe {
     stripe(std::size_t dim, std::size_t state_floats)
         : rows(dim, state_floats, stripe_first_chunk_rows) {}
