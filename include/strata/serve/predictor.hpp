@@ -46,7 +46,7 @@ struct predictor_options {
   bool verify_checksums = true;
   /// The library multiplying the MLPs' matrices (nn/gemm.hpp); use the one training used for
   /// bitwise-equal logits (engines agree up to float rounding).
-  nn::gemm_engine gemm = nn::default_gemm_engine;
+  nn::gemm_engine gemm = nn::default_gemm_engine();
   /// Batches of at least this many samples are split into `parallel_chunk`-sample pieces run
   /// in parallel on oneTBB (0: never split). Pieces round like separate calls.
   std::size_t parallel_min_batch = 4096;
