@@ -15,7 +15,7 @@
 ///              N rounds) + the touched rows' all-gather (one round; each worker's interface
 ///              carries its blob to N−1 peers)
 ///   ps:        pull (request + reply: 2 rounds, bytes = max(worker in, busiest server out))
-///              + push (2 rounds with the server's acknowledgement, max(worker out, server in))
+///              + push (1 round: servers send no acknowledgement; max(worker out, server in))
 ///   hybrid:    the dense ring beside the rows' pull, after their push
 ///
 /// Step time = the probe's step without its wait on the servers + the exchange: push, then the
@@ -131,9 +131,9 @@ inline void check_probe(const measured_step& m) {
   }
   const double ring_seconds = rounds * net.latency_seconds + transfer;
   if (servers) {
-    rounds += 4;  // pull request + reply, push + acknowledgement
+    rounds += 3;  // pull request + reply, push (a server acknowledges no push)
     pull_seconds = 2 * net.latency_seconds + std::max(m.pull_bytes, m.server_out_bytes) / bw;
-    push_seconds = 2 * net.latency_seconds + std::max(m.push_bytes, m.server_in_bytes) / bw;
+    push_seconds = net.latency_seconds + std::max(m.push_bytes, m.server_in_bytes) / bw;
   }
   p.latency_rounds = rounds;
   p.network_seconds = ring_seconds + pull_seconds + push_seconds;
