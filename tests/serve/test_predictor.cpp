@@ -157,9 +157,11 @@ TEST_CASE(
     CHECK(scored.logloss == Approx(report.evals.back().logloss).epsilon(1e-12));
     // Per sample, against the trainer's in-memory state: bitwise.
     CHECK(max_abs_diff(logits, trainer_ref) == 0.0);
-    // Another batching rounds the MLPs' sums in another order at most.
-    CHECK(max_abs_diff(run(p, d.eval, 1000), logits) <= 1e-6);
-    CHECK(max_abs_diff(run(p, d.eval, 1), logits) <= 1e-6);
+    // Another batching rounds the MLPs' sums in another order at most: a few float ulps per
+    // layer (oneDNN multiplies a 1-row batch with another kernel than a 40-row one: 1.4e-6
+    // apart on these logits, ~6 ulps; Eigen and CBLAS stayed under 1e-6).
+    CHECK(max_abs_diff(run(p, d.eval, 1000), logits) <= 1e-5);
+    CHECK(max_abs_diff(run(p, d.eval, 1), logits) <= 1e-5);
   }
 
   // The final state exported straight from the trainer equals the checkpoint's export.
