@@ -92,6 +92,19 @@ TEST_CASE("cli::parse_name lists the accepted names", "[cli]") {
       Catch::Contains("--model: 'dlrn' is not accepted; accepted: dlrm, wide_deep"));
 }
 
+TEST_CASE("cli::flag_value takes the next argument or names the flag that lacks one", "[cli]") {
+  const char* argv[] = {"prog", "--seed", "7", "--out"};
+  int i = 1;
+  REQUIRE(cli::flag_value(4, argv, i) == "7");
+  REQUIRE(i == 2);  // advanced to the value
+  i = 3;            // the last argument: no value follows
+  REQUIRE_THROWS_WITH(cli::flag_value(4, argv, i),
+                      Catch::EndsWith(": flag --out needs a value; see --help"));
+  REQUIRE(i == 3);  // not advanced past the end
+  REQUIRE_THROWS_WITH(cli::flag_value(4, argv, i, "prog: "),
+                      Catch::EndsWith(": prog: flag --out needs a value; see --help"));
+}
+
 TEST_CASE("launched_by_mpi reads the launchers' environment", "[core][cli]") {
   const char* names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
   // Under mpiexec (the MPI tests) one of them is set already: keep what was there.
