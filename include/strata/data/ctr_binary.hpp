@@ -25,11 +25,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -509,54 +511,77 @@ inline conversion_report convert_criteo(const std::filesystem::path& tsv,
       2 * (how.threads != 0 ? how.threads
                             : static_cast<std::size_t>(oneapi::tbb::info::default_concurrency())) +
       1;
+  // Appends one parsed block in file order; a bad line stops the conversion (no file is
+  // left) unless skipped.
+  const auto write_block = [&](const detail::parsed_block& parsed) {
+    std::size_t row = 0;
+    std::size_t next_bad = 0;
+    for (std::size_t line = 0; line < parsed.lines; ++line) {
+      if (next_bad < parsed.bad_lines.size() && parsed.bad_lines[next_bad].line == line) {
+        const auto& bad = parsed.bad_lines[next_bad++];
+        const std::string where = cat(tsv.string(), ":", summary.lines_read + line + 1, ": ");
+        if (!options.skip_bad_lines)
+          fail(errc::corrupt_data, cat(where, bad.why, " (", to_string(bad.kind),
+                                       "); fix the file or convert with skip_bad_lines = true"));
+        ++summary.lines_skipped;
+        ++summary.skipped_by_kind[static_cast<std::size_t>(bad.kind)];
+        if (summary.first_reasons.size() < options.max_reasons)
+          summary.first_reasons.push_back(where + bad.why);
+        continue;
+      }
+      ++row;
+    }
+    writer.append(parsed.rows.dense, parsed.rows.keys, parsed.rows.labels);
+    summary.lines_read += parsed.lines;
+    summary.examples += row;
+  };
+  // No exception may leave a filter: oneTBB drops the tokens in flight when a pipeline is
+  // cancelled by one (their blocks leak). The first failure is kept, the input stops, the
+  // stages after it pass their blocks through untouched, and it is raised after the pipeline.
+  std::exception_ptr failure;
+  std::atomic<bool> failed{false};
+  const auto keep_failure = [&] {
+    if (!failed.exchange(true)) failure = std::current_exception();
+  };
   oneapi::tbb::parallel_pipeline(
       tokens, oneapi::tbb::make_filter<void, std::shared_ptr<detail::text_block>>(
                   oneapi::tbb::filter_mode::serial_in_order,
                   [&](oneapi::tbb::flow_control& fc) -> std::shared_ptr<detail::text_block> {
-                    auto block = std::make_shared<detail::text_block>();
-                    if (!reader.next(*block)) {
-                      fc.stop();
-                      return nullptr;
+                    try {
+                      auto block = std::make_shared<detail::text_block>();
+                      if (!failed.load() && reader.next(*block)) return block;
+                    } catch (...) {
+                      keep_failure();
                     }
-                    return block;
+                    fc.stop();
+                    return nullptr;
                   }) &
                   oneapi::tbb::make_filter<std::shared_ptr<detail::text_block>,
                                            std::shared_ptr<detail::parsed_block>>(
                       oneapi::tbb::filter_mode::parallel,
-                      [&](const std::shared_ptr<detail::text_block>& block) {
-                        auto parsed = std::make_shared<detail::parsed_block>();
-                        detail::parse_block(*block, options, hashing, *parsed);
-                        return parsed;
+                      [&](const std::shared_ptr<detail::text_block>& block)
+                          -> std::shared_ptr<detail::parsed_block> {
+                        if (failed.load()) return nullptr;
+                        try {
+                          auto parsed = std::make_shared<detail::parsed_block>();
+                          detail::parse_block(*block, options, hashing, *parsed);
+                          return parsed;
+                        } catch (...) {
+                          keep_failure();
+                          return nullptr;
+                        }
                       }) &
                   oneapi::tbb::make_filter<std::shared_ptr<detail::parsed_block>, void>(
                       oneapi::tbb::filter_mode::serial_in_order,
                       [&](const std::shared_ptr<detail::parsed_block>& parsed) {
-                        // A bad line stops the conversion (no file is left) unless skipped.
-                        std::size_t row = 0;
-                        const auto& r = parsed->rows;
-                        std::size_t next_bad = 0;
-                        for (std::size_t line = 0; line < parsed->lines; ++line) {
-                          if (next_bad < parsed->bad_lines.size() &&
-                              parsed->bad_lines[next_bad].line == line) {
-                            const auto& bad = parsed->bad_lines[next_bad++];
-                            const std::string where =
-                                cat(tsv.string(), ":", summary.lines_read + line + 1, ": ");
-                            if (!options.skip_bad_lines)
-                              fail(errc::corrupt_data,
-                                   cat(where, bad.why, " (", to_string(bad.kind),
-                                       "); fix the file or convert with skip_bad_lines = true"));
-                            ++summary.lines_skipped;
-                            ++summary.skipped_by_kind[static_cast<std::size_t>(bad.kind)];
-                            if (summary.first_reasons.size() < options.max_reasons)
-                              summary.first_reasons.push_back(where + bad.why);
-                            continue;
-                          }
-                          ++row;
+                        if (!parsed || failed.load()) return;
+                        try {
+                          write_block(*parsed);
+                        } catch (...) {
+                          keep_failure();
                         }
-                        writer.append(r.dense, r.keys, r.labels);
-                        summary.lines_read += parsed->lines;
-                        summary.examples += row;
                       }));
+  if (failure) std::rethrow_exception(failure);
   report.tsv_bytes = reader.bytes_read();
   writer.set_source(report.tsv_bytes, summary.lines_read, summary.lines_skipped);
   report.output_bytes = writer.finish();
