@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what strata needs (Debian 12), configures, builds and runs every test.
-# Usage: scripts/test.sh [build-dir]   (default: build). Exit code = test result.
+# Usage: scripts/test.sh [build-dir [cmake-args...]]   (default: build). Exit code = test result.
+# Extra CMake arguments (after the build folder) are passed to the configure step as given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-"$root/build"}
+shift $(($# > 0 ? 1 : 0))
 # shellcheck source=scripts/common.sh
 source "$root/scripts/common.sh"
 strata_install_packages dataset-fashion-mnist libopenmpi-dev openmpi-bin
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${STRATA_CMAKE_ARGS:-}
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 cmake --build "$build" -j "$(strata_jobs)"
 # Every public header compiles on its own (exists unless -DSTRATA_VERIFY_HEADERS=OFF).
 if grep -q '^STRATA_VERIFY_HEADERS:BOOL=ON' "$build/CMakeCache.txt"; then
