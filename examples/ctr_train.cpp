@@ -78,6 +78,19 @@ struct flags {
   std::size_t eval_samples = 20'000;
   std::uint64_t table_rows = 100'000;
   bool table_rows_given = false;
+  /// Converted data whose tables differ in rows (read through a frequency-threshold
+  /// vocabulary): each sparse feature's rows; empty: every table has table_rows.
+  std::vector<std::uint64_t> feature_rows;
+  /// The vocabulary converted --data is read through (empty: none).
+  std::filesystem::path vocabulary;
+  /// Rows of the tables of sparse feature c.
+  [[nodiscard]] std::uint64_t rows_of(std::size_t c) const {
+    return feature_rows.empty() ? table_rows : feature_rows[c];
+  }
+  /// The models' config.table_rows.
+  [[nodiscard]] std::vector<std::uint64_t> model_table_rows() const {
+    return feature_rows.empty() ? std::vector<std::uint64_t>{table_rows} : feature_rows;
+  }
   /// The hashing of converted data (--data DIR of .ctrb files): its seed, which also hashes
   /// --eval-data TSV and goes into an exported bundle (unset: --seed, as TSV is read).
   std::optional<std::uint64_t> hash_seed;
@@ -288,16 +301,17 @@ table_memory embedding_memory(const flags& f, int servers, bool processes) {
   struct shape {
     std::string name;
     std::size_t dim;
+    std::uint64_t rows;
   };
   std::vector<shape> tables;  // as the models name them: C1..C26, or wide_0..25 + deep_0..25
   if (f.model == "wide_deep") {
     for (std::size_t c = 0; c < 26; ++c)
-      tables.push_back({cat("wide_", c), 1});
+      tables.push_back({cat("wide_", c), 1, f.rows_of(c)});
     for (std::size_t c = 0; c < 26; ++c)
-      tables.push_back({cat("deep_", c), f.dim});
+      tables.push_back({cat("deep_", c), f.dim, f.rows_of(c)});
   } else {
     for (std::size_t c = 1; c <= 26; ++c)
-      tables.push_back({cat("C", c), f.dim});
+      tables.push_back({cat("C", c), f.dim, f.rows_of(c - 1)});
   }
   table_memory m;
   m.tables = tables.size();
@@ -308,13 +322,15 @@ table_memory embedding_memory(const flags& f, int servers, bool processes) {
   m.per_process = processes ? 1 : sharded ? m.servers : f.options.workers;
   if (!sharded) m.holder = processes ? "worker process" : "process";
   if (sharded && !processes) m.holder = "process";
-  m.rows_per_server = (f.table_rows + m.servers - 1) / static_cast<std::uint64_t>(m.servers);
   for (const auto& t : tables) {
     const std::size_t state = optim::adagrad::state_floats(t.dim);
-    const std::uint64_t one = sharded ? ps::shard_table_bytes(m.rows_per_server, t.dim, state)
-                                      : f.table_rows * (t.dim + state) * sizeof(float);
+    const std::uint64_t per_server =
+        (t.rows + m.servers - 1) / static_cast<std::uint64_t>(m.servers);
+    m.rows_per_server = std::max(m.rows_per_server, per_server);
+    const std::uint64_t one = sharded ? ps::shard_table_bytes(per_server, t.dim, state)
+                                      : t.rows * (t.dim + state) * sizeof(float);
     m.bytes += static_cast<double>(one) * m.per_process;
-    m.rows += m.rows_per_server * static_cast<std::uint64_t>(m.per_process);
+    m.rows += per_server * static_cast<std::uint64_t>(m.per_process);
     const double per_row = sharded ? row_store::bytes_per_row(t.dim, state)
                                    : static_cast<double>((t.dim + state) * sizeof(float));
     if (per_row > m.store_bytes_per_row) {
@@ -335,7 +351,10 @@ std::string one_decimal(double v) {
 
 /// "26 tables (C1 .. C26) of 100000 rows over 2 server(s)".
 std::string describe_tables(const table_memory& m, const flags& f) {
-  return cat(m.tables, " tables (", m.first, " .. ", m.last, ") of ", f.table_rows, " rows",
+  const auto [low, high] = std::minmax_element(f.feature_rows.begin(), f.feature_rows.end());
+  return cat(m.tables, " tables (", m.first, " .. ", m.last, ") of ",
+             f.feature_rows.empty() ? cat(f.table_rows) : cat(*low, " .. ", *high), " rows",
+             f.vocabulary.empty() ? "" : " (frequency-threshold vocabulary)",
              m.per_process > 1 && m.holder == "process" && f.strategy == "allreduce"
                  ? cat(", a replica for each of ", m.per_process, " workers")
                  : "",
@@ -640,12 +659,19 @@ bool is_converted(const std::string& path) {
 void adopt_file_hashing(flags& f) {
   if (!is_converted(f.data)) return;
   const data::ctr_files files(f.data);
-  const auto& rows = files.schema().table_rows;
-  const std::uint64_t largest = *std::max_element(rows.begin(), rows.end());
-  STRATA_EXPECTS(!f.table_rows_given || f.table_rows == largest, "--table-rows ", f.table_rows,
-                 ": the converted data in ", f.data, " was hashed into tables of ", largest,
-                 " rows; drop --table-rows (it is taken from the files) or convert again");
-  f.table_rows = largest;
+  const auto& rows = files.table_rows();
+  const auto [low, high] = std::minmax_element(rows.begin(), rows.end());
+  const bool vocabulary = files.vocabulary() != nullptr;
+  STRATA_EXPECTS(!f.table_rows_given || (f.table_rows == *high && !vocabulary), "--table-rows ",
+                 f.table_rows, ": the converted data in ", f.data,
+                 vocabulary
+                     ? cat(" is read through its vocabulary (", files.vocabulary_file().string(),
+                           ") into tables of ", *low, " .. ", *high, " rows")
+                     : cat(" was hashed into tables of ", *high, " rows"),
+                 "; drop --table-rows (it is taken from the files) or convert again");
+  f.table_rows = *high;
+  if (*low != *high) f.feature_rows = rows;
+  if (vocabulary) f.vocabulary = files.vocabulary_file();
   f.hash_seed = files.schema().hash_seed;
 }
 
@@ -685,15 +711,37 @@ datasets load_data(const flags& f) {
     d.train = load(f.data, "train");
     if (!f.eval_data.empty()) {
       d.eval = load(f.eval_data, "eval");
-      if (const auto* eval = dynamic_cast<const data::ctr_files*>(d.eval.get()))
+      const auto* train = dynamic_cast<const data::ctr_files*>(d.train.get());
+      const auto vocabulary_of = [](const data::ctr_files* files) {
+        return files != nullptr && files->vocabulary() != nullptr
+                   ? files->vocabulary()->fingerprint()
+                   : std::uint64_t{0};
+      };
+      if (const auto* eval = dynamic_cast<const data::ctr_files*>(d.eval.get())) {
+        const auto expected = f.feature_rows.empty() ? std::vector<std::uint64_t>(
+                                                           eval->table_rows().size(), f.table_rows)
+                                                     : f.feature_rows;
         STRATA_EXPECTS(
-            eval->schema().table_rows ==
-                    std::vector<std::uint64_t>(eval->schema().table_rows.size(), f.table_rows) &&
-                eval->schema().hash_seed == reader.hash_seed,
+            eval->table_rows() == expected && eval->schema().hash_seed == reader.hash_seed &&
+                vocabulary_of(eval) == vocabulary_of(train),
             "--eval-data ", f.eval_data, " was converted with other hashing (tables of ",
-            eval->schema().table_rows.front(), " rows, seed ", eval->schema().hash_seed,
-            ") than the training data (", f.table_rows, " rows, seed ", reader.hash_seed,
-            "); convert both with the same --table-rows and --seed");
+            eval->table_rows().front(), " rows, seed ", eval->schema().hash_seed,
+            eval->vocabulary() != nullptr ? cat(", vocabulary ", eval->vocabulary_file().string())
+                                          : std::string(", no vocabulary"),
+            ") than the training data (", expected.front(), " rows, seed ", reader.hash_seed,
+            f.vocabulary.empty() ? std::string(", no vocabulary")
+                                 : cat(", vocabulary ", f.vocabulary.string()),
+            "); convert both with the same --table-rows and --seed",
+            f.vocabulary.empty() ? std::string()
+                                 : cat(", the eval days into the training data's folder"));
+      } else if (!f.vocabulary.empty()) {
+        fail(errc::invalid_argument,
+             cat("--eval-data ", f.eval_data, ": the training data is read through the vocabulary ",
+                 f.vocabulary.string(),
+                 " (frequency thresholding) but a TSV file is not; convert "
+                 "the eval day into the training data's folder (strata_convert --out DIR ",
+                 f.eval_data, ") and pass its .ctrb file"));
+      }
     }
     return d;
   }
@@ -775,6 +823,7 @@ void export_bundle(const flags& f, const Trainer& trainer,
     serve::export_options o;
     o.rows = serve::parse_precision(f.export_precision).value_or(serve::precision::fp32);
     o.hash_seed = f.hash_seed;  // converted data: the files' hashing (else the run's seed)
+    if (!f.vocabulary.empty()) o.vocabulary = f.vocabulary;  // raw lines map as training's
     const auto e = serve::export_trainer(trainer, model_config, f.export_dir, o, steps);
     log_line(cat("exported ", serve::to_string(o.rows), " bundle ", e.dir.string(), " (", e.bytes,
                  " bytes, fingerprint ", serve::bundle_manifest::hex(e.fingerprint), ")"));
@@ -978,7 +1027,7 @@ void train_model(const flags& f, const datasets& d) {
     models::dlrm::config c;
     c.gemm = f.gemm;
     c.embedding_dim = f.dim;
-    c.table_rows = {f.table_rows};
+    c.table_rows = f.model_table_rows();
     c.bottom_mlp.back() = f.dim;
     if (f.tiny) {
       c.bottom_mlp = {64, f.dim};
@@ -1016,7 +1065,7 @@ void train_model(const flags& f, const datasets& d) {
     models::wide_deep::config c;
     c.gemm = f.gemm;
     c.deep_dim = f.dim;
-    c.table_rows = {f.table_rows};
+    c.table_rows = f.model_table_rows();
     if (f.tiny) c.deep_mlp = {64, 1};
     if (!f.top_mlp.empty()) {
       c.deep_mlp = f.top_mlp;

@@ -4,11 +4,18 @@
 //
 //   strata_convert --out data day_0.tsv day_1.tsv ...        # data/day_0.ctrb, data/day_1.ctrb
 //   strata_convert --out data --table-rows 1000000 --seed 1 --skip-bad-lines day_*.tsv
+//   strata_convert --out train --min-count 4 day_0.tsv ... day_22.tsv  # + train/vocabulary.ctrv
+//   strata_convert --out eval --vocabulary train/vocabulary.ctrv day_23.tsv  # read alike
 //   strata_convert --make-synthetic 200000 day_0.tsv day_1.tsv   # Criteo-format TSV days from
 //                                                                # the project's generator
 //
 // The hashing (--table-rows, --seed) is fixed here and recorded in every file: ctr_train takes
 // the tables' rows from the files, and refuses days converted with different hashing.
+// --min-count N counts the keys of the days of this call and keeps, per table, those seen at
+// least N times (frequency thresholding, data/ctr_vocabulary.hpp): every .ctrb file of the
+// folder is then read through DIR/vocabulary.ctrv — rare and unseen ids share one row.
+// --vocabulary FILE copies a vocabulary into DIR, so eval days are read as the training days.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -36,6 +43,8 @@ struct flags {
   bool overwrite = false;
   std::size_t make_synthetic = 0;  ///< > 0: write synthetic TSV days of this many rows instead
   std::uint64_t distinct_ids = 100'000;
+  std::uint64_t min_count = 0;       ///< > 0: count this call's days into DIR/vocabulary.ctrv
+  std::filesystem::path vocabulary;  ///< copied into DIR: its days are read through it
 };
 
 [[noreturn]] void usage(int code) {
@@ -56,7 +65,16 @@ struct flags {
       "  --skip-bad-lines    skip and count malformed lines (default: stop at the first, naming\n"
       "                      file:line; no file is left)\n"
       "  --threads T         parser tasks (default: every core)\n"
-      "  --overwrite         replace existing .ctrb files\n");
+      "  --min-count N       frequency thresholding: count the keys of the days of this call\n"
+      "                      and keep, per table, those seen at least N times (MLPerf DLRM's\n"
+      "                      rare-id cut-off); written to DIR/vocabulary.ctrv, through which\n"
+      "                      every .ctrb file of DIR is then read (rare and unseen ids share\n"
+      "                      a table's last row)\n"
+      "  --vocabulary FILE   read the days of DIR through FILE (a vocabulary.ctrv written by\n"
+      "                      --min-count): copied into DIR. Convert eval days this way, into\n"
+      "                      their own folder, so they map ids as the training days\n"
+      "  --overwrite         replace existing .ctrb files (and, with --min-count, DIR's\n"
+      "                      vocabulary)\n");
   std::exit(code);
 }
 
@@ -82,6 +100,10 @@ flags parse(int argc, char** argv) {
       f.skip_bad_lines = true;
     else if (a == "--overwrite")
       f.overwrite = true;
+    else if (a == "--vocabulary")
+      f.vocabulary = value();
+    else if (a == "--min-count")
+      f.min_count = cli::parse_integer<std::uint64_t>(a, value(), 1, std::uint64_t{1} << 62);
     else if (a == "--make-synthetic")
       f.make_synthetic = cli::parse_integer<std::size_t>(a, value(), 1, std::size_t{1} << 34);
     else if (a == "--distinct-ids")
@@ -102,6 +124,29 @@ flags parse(int argc, char** argv) {
     return f;
   }
   STRATA_EXPECTS(!f.out.empty(), "--out DIR is required (the folder the .ctrb files go to)");
+  STRATA_EXPECTS(f.min_count == 0 || f.vocabulary.empty(),
+                 "--min-count counts a new vocabulary and --vocabulary copies one: give one");
+  const auto vocabulary = f.out / std::string(data::ctr_vocabulary_name);
+  const bool exists = std::filesystem::exists(vocabulary);
+  STRATA_EXPECTS(!exists || f.overwrite || (f.min_count == 0 && f.vocabulary.empty()), "'",
+                 vocabulary.string(),
+                 "' exists: the days of that folder are read through it, and another would move "
+                 "every key's row; pass --overwrite to replace it, or convert into a new folder");
+  // The vocabulary these days will be read through (copied or already there) must map their
+  // hashing.
+  const auto given = !f.vocabulary.empty()        ? f.vocabulary
+                     : exists && f.min_count == 0 ? vocabulary
+                                                  : std::filesystem::path();
+  if (!given.empty()) {
+    const auto v = data::ctr_vocabulary::load(given);
+    bool same = v.hash_seed() == f.seed && v.tables() == data::criteo_sparse_columns;
+    for (std::size_t c = 0; same && c < v.tables(); ++c)
+      same = v.hash_rows(c) == f.table_rows;
+    STRATA_EXPECTS(same, "'", given.string(), "' was counted over keys hashed into tables of ",
+                   v.hash_rows(0), " rows with seed ", v.hash_seed(), ", not ", f.table_rows,
+                   " and ", f.seed, ": convert with --table-rows ", v.hash_rows(0), " --seed ",
+                   v.hash_seed(), " (the days are read through it)");
+  }
   for (const auto& in : f.inputs) {
     STRATA_EXPECTS(std::filesystem::is_regular_file(in), "'", in.string(),
                    "' is not a file; name the TSV days to convert");
@@ -132,14 +177,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::filesystem::create_directories(f.out);
+    const auto vocabulary = f.out / std::string(data::ctr_vocabulary_name);
+    if (f.min_count > 0) std::filesystem::remove(vocabulary);  // --overwrite (checked)
+    if (!f.vocabulary.empty() && !(std::filesystem::exists(vocabulary) &&
+                                   std::filesystem::equivalent(f.vocabulary, vocabulary)))
+      std::filesystem::copy_file(f.vocabulary, vocabulary,
+                                 std::filesystem::copy_options::overwrite_existing);
     data::criteo_options options;
     options.table_rows = {f.table_rows};
     options.hash_seed = f.seed;
     options.skip_bad_lines = f.skip_bad_lines;
     std::uint64_t bytes = 0;
     double seconds = 0;
+    std::vector<std::filesystem::path> targets;
     for (const auto& in : f.inputs) {
       const auto target = f.out / std::filesystem::path(in.stem()).replace_extension(".ctrb");
+      targets.push_back(target);
       const auto r = data::convert_criteo(in, target, options,
                                           {.chunk_rows = f.chunk_rows, .threads = f.threads});
       std::printf(
@@ -156,6 +209,20 @@ int main(int argc, char** argv) {
     if (f.inputs.size() > 1)
       std::printf("total: %.1f MB of TSV in %.2f s (%.0f MB/s)\n", static_cast<double>(bytes) / 1e6,
                   seconds, seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0);
+    if (f.min_count > 0) {
+      const stopwatch clock;
+      const auto v = data::build_ctr_vocabulary(data::ctr_files(targets), f.min_count);
+      v.save(vocabulary);
+      const auto rows = v.table_rows();
+      const auto [low, high] = std::minmax_element(rows.begin(), rows.end());
+      std::printf("%s: %s; tables of %llu .. %llu rows (hashed: %llu each), in %.2f s\n",
+                  vocabulary.string().c_str(), v.describe().c_str(),
+                  static_cast<unsigned long long>(*low), static_cast<unsigned long long>(*high),
+                  static_cast<unsigned long long>(f.table_rows), clock.seconds());
+    } else if (std::filesystem::exists(vocabulary)) {
+      std::printf("%s: these days are read through it (%s)\n", vocabulary.string().c_str(),
+                  data::ctr_vocabulary::load(vocabulary).describe().c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata_convert: %s\n", e.what());

@@ -45,6 +45,7 @@ struct flags {
   std::size_t dense_features = 13;
   std::optional<std::vector<std::size_t>> bottom_mlp, top_mlp, deep_mlp;
   std::optional<std::uint64_t> hash_seed;
+  std::optional<std::filesystem::path> vocabulary;
   bool overwrite = false;
 };
 
@@ -69,6 +70,9 @@ struct flags {
       "  --deep-mlp A,B,..             Wide & Deep's deep layers (default: ctr_train's)\n"
       "  --hash-seed S                 feature hashing seed (default: the run's seed, as\n"
       "                                ctr_train hashes its data)\n"
+      "  --vocabulary FILE             the vocabulary.ctrv the run's converted data was read\n"
+      "                                through (strata_convert --min-count): copied into the\n"
+      "                                bundle so raw lines map to rows as in training\n"
       "  --overwrite                   replace an existing BUNDLE_DIR (and ONNX files)\n");
   std::exit(code);
 }
@@ -113,6 +117,8 @@ flags parse(int argc, char** argv) {
       f.deep_mlp = parse_sizes(a, value());
     else if (a == "--hash-seed")
       f.hash_seed = cli::parse_integer(a, value(), std::uint64_t{0}, ~std::uint64_t{0});
+    else if (a == "--vocabulary")
+      f.vocabulary = value();
     else if (a == "--overwrite")
       f.overwrite = true;
     else if (a.size() > 1 && a[0] == '-')
@@ -194,6 +200,10 @@ void evaluate(const flags& f, const std::filesystem::path& fp32_bundle) {
     idx.resize(n);
     std::iota(idx.begin(), idx.end(), first);
     set.gather(idx, batch);
+    if (const auto* v = chosen.vocabulary())  // the TSV's hashed keys → rows, as in training
+      for (std::size_t r = 0; r < n; ++r)
+        for (std::size_t c = 0; c < batch.keys.cols(); ++c)
+          batch.keys(r, c) = v->map(c, batch.keys(r, c));
     fp32.predict_logits(batch.dense.view(), batch.keys.view(), std::span(a.data() + first, n));
     chosen.predict_logits(batch.dense.view(), batch.keys.view(), std::span(b.data() + first, n));
   }
@@ -222,6 +232,7 @@ void run(const flags& f, const typename Model::config& config) {
   serve::export_options options;
   options.rows = f.rows;
   options.hash_seed = f.hash_seed;
+  options.vocabulary = f.vocabulary;
   options.overwrite = f.overwrite;
   const auto r = serve::export_checkpoint<Model>(f.checkpoint, config, f.bundle, options);
   std::printf(

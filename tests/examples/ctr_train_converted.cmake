@@ -77,3 +77,70 @@ run(1 refused_shards "${CTR_TRAIN}" ${common} --data-shards 64)
 if(NOT refused_shards MATCHES "only 48 chunks")
   message(FATAL_ERROR "more shards than chunks was not refused clearly:\n${refused_shards}")
 endif()
+
+# Frequency thresholding: --min-count counts the training days into a vocabulary, the eval day
+# is converted through it (--vocabulary) into its own folder, ctr_train trains the smaller
+# tables (allreduce = ps still), refuses eval data read otherwise, and its bundle carries the
+# vocabulary (raw lines map as in training: tests/serve).
+run(0 counted "${STRATA_CONVERT}" --out "${WORK}/vtrain" --table-rows 4000 --chunk-rows 256
+    --min-count 3 "${WORK}/tsv/day_0.tsv" "${WORK}/tsv/day_1.tsv")
+if(NOT counted MATCHES "vocabulary.ctrv: frequency threshold 3 \\(counted over 2 file\\(s\\), 12000 examples\\)")
+  message(FATAL_ERROR "strata_convert --min-count did not report the vocabulary:\n${counted}")
+endif()
+run(0 veval "${STRATA_CONVERT}" --out "${WORK}/veval" --table-rows 4000 --chunk-rows 256
+    --vocabulary "${WORK}/vtrain/vocabulary.ctrv" "${WORK}/tsv/day_2.tsv")
+if(NOT veval MATCHES "these days are read through it")
+  message(FATAL_ERROR "strata_convert --vocabulary did not say so:\n${veval}")
+endif()
+set(vcommon --data "${WORK}/vtrain" --eval-data "${WORK}/veval" --tiny --dim 8 --batch 64
+            --compressor none --shuffle-window 1024 --seed 5)
+foreach(strategy allreduce ps)
+  run(0 v_${strategy} "${CTR_TRAIN}" ${vcommon} --strategy ${strategy} --workers 2 --servers 1
+      --export "${WORK}/vbundle-${strategy}")
+  string(REGEX MATCH "checksum dense / embeddings +[0-9a-f]+ / [0-9a-f]+" v_${strategy}_sum
+         "${v_${strategy}}")
+endforeach()
+if(v_allreduce_sum STREQUAL "" OR NOT v_allreduce_sum STREQUAL v_ps_sum)
+  message(FATAL_ERROR "thresholded data: allreduce and ps differ:\n${v_allreduce}\n${v_ps}")
+endif()
+if(NOT v_allreduce MATCHES "frequency-threshold vocabulary" OR
+   NOT v_allreduce MATCHES "frequency threshold 3" OR v_allreduce_sum STREQUAL allreduce)
+  message(FATAL_ERROR "thresholded data was not read through its vocabulary:\n${v_allreduce}")
+endif()
+string(REGEX MATCH "eval +auc ([0-9.]+)" _ "${v_allreduce}")
+if(CMAKE_MATCH_1 LESS 0.6)
+  message(FATAL_ERROR "thresholded data did not learn (eval AUC ${CMAKE_MATCH_1}):\n${v_allreduce}")
+endif()
+file(READ "${WORK}/vbundle-ps/manifest.txt" manifest)
+if(NOT EXISTS "${WORK}/vbundle-ps/vocabulary.ctrv" OR NOT manifest MATCHES "hash.vocabulary vocabulary.ctrv")
+  message(FATAL_ERROR "the bundle does not carry the vocabulary:\n${manifest}")
+endif()
+message(STATUS "thresholded: allreduce = ps: ${v_ps_sum}")
+
+run(1 v_refused_eval "${CTR_TRAIN}" --data "${WORK}/vtrain" --eval-data "${WORK}/eval" --tiny)
+if(NOT v_refused_eval MATCHES "was converted with other hashing.*no vocabulary")
+  message(FATAL_ERROR "eval days without the vocabulary were not refused clearly:\n${v_refused_eval}")
+endif()
+run(1 v_refused_tsv "${CTR_TRAIN}" --data "${WORK}/vtrain" --eval-data "${WORK}/tsv/day_2.tsv" --tiny)
+if(NOT v_refused_tsv MATCHES "a TSV file is not")
+  message(FATAL_ERROR "a TSV eval file beside thresholded data was not refused:\n${v_refused_tsv}")
+endif()
+run(1 v_refused_rows "${CTR_TRAIN}" ${vcommon} --table-rows 4000)
+if(NOT v_refused_rows MATCHES "is read through its vocabulary")
+  message(FATAL_ERROR "--table-rows against thresholded data was not refused:\n${v_refused_rows}")
+endif()
+run(1 v_refused_again "${STRATA_CONVERT}" --out "${WORK}/vtrain" --table-rows 4000 --min-count 2
+    --overwrite "${WORK}/tsv/day_0.tsv" --vocabulary "${WORK}/vtrain/vocabulary.ctrv")
+if(NOT v_refused_again MATCHES "give one")
+  message(FATAL_ERROR "--min-count with --vocabulary was not refused:\n${v_refused_again}")
+endif()
+run(1 v_refused_exists "${STRATA_CONVERT}" --out "${WORK}/vtrain" --table-rows 4000
+    --min-count 2 "${WORK}/tsv/day_2.tsv")
+if(NOT v_refused_exists MATCHES "exists: the days of that folder are read through it")
+  message(FATAL_ERROR "a second count into a folder was not refused:\n${v_refused_exists}")
+endif()
+run(1 v_refused_hash "${STRATA_CONVERT}" --out "${WORK}/vother" --table-rows 3000
+    --vocabulary "${WORK}/vtrain/vocabulary.ctrv" "${WORK}/tsv/day_2.tsv")
+if(NOT v_refused_hash MATCHES "was counted over keys hashed into tables of 4000 rows")
+  message(FATAL_ERROR "a vocabulary of other hashing was not refused:\n${v_refused_hash}")
+endif()

@@ -210,6 +210,90 @@ TEST_CASE("raw Criteo lines map to the keys training used", "[serve][lines]") {
   CHECK(contains(catch_error([&] { p.predict_lines(bad, two); }).what(), "C26"));
 }
 
+TEST_CASE("a bundle with a frequency-threshold vocabulary maps raw lines as training did",
+          "[serve][lines][vocabulary]") {
+  const auto& d = shared_data();
+  temp_dir work("serve_vocabulary");
+  // The vocabulary of the training keys (hashed into 64 rows), and both sets read through it
+  // as ctr_files reads converted days.
+  data::ctr_key_counts counts(std::vector<std::uint64_t>(data::criteo_sparse_columns, table_rows));
+  for (std::size_t i = 0; i < d.train.size(); ++i)
+    for (std::size_t c = 0; c < data::criteo_sparse_columns; ++c)
+      counts.add(c, d.train.keys()(i, c));
+  const data::ctr_vocabulary v(counts, {.min_count = 60,
+                                        .hash_seed = seed,
+                                        .examples = d.train.size(),
+                                        .counted_files = {"data.tsv"}});
+  const auto vocabulary = work.path / "vocabulary.ctrv";
+  v.save(vocabulary);
+  const auto mapped = [&](const data::ctr_dataset& set) {
+    std::vector<std::size_t> idx(set.size());
+    std::iota(idx.begin(), idx.end(), std::size_t{0});
+    auto b = set.gather(idx);
+    for (std::size_t r = 0; r < b.size(); ++r)
+      for (std::size_t c = 0; c < b.keys.cols(); ++c)
+        b.keys(r, c) = v.map(c, b.keys(r, c));
+    data::ctr_dataset out;
+    out.append(b);
+    return out;
+  };
+  const auto train_set = mapped(d.train), eval_set = mapped(d.eval);
+  std::size_t rare = 0;
+  for (std::size_t i = 0; i < eval_set.size(); ++i)
+    for (std::size_t c = 0; c < data::criteo_sparse_columns; ++c)
+      rare += eval_set.keys()(i, c) == v.rare_row(c);
+  CHECK(rare > 0);  // the threshold does map some ids to the shared row
+
+  auto config = dlrm_config();
+  config.table_rows = v.table_rows();
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  auto o = options({}, 0);
+  o.checkpoint_every = 0;
+  allreduce_dlrm trained(config, opt, o);
+  trained.fit(train_set);
+  serve::export_options e;
+  e.vocabulary = vocabulary;
+  serve::export_trainer(trained, config, work.path / "b", e, 40);
+  const serve::predictor<models::dlrm> p(work.path / "b");
+  REQUIRE(p.vocabulary() != nullptr);
+  CHECK(p.vocabulary()->fingerprint() == v.fingerprint());
+  CHECK(p.manifest().hash_rows ==
+        std::vector<std::uint64_t>(data::criteo_sparse_columns, table_rows));
+  CHECK(p.manifest().vocabulary_file == "vocabulary.ctrv");
+
+  // Raw lines: hashed into 64 rows, then through the vocabulary — the keys training read.
+  const auto expected = run(p, eval_set, eval_set.size(), false);
+  std::vector<std::string_view> lines(d.eval_lines.begin(), d.eval_lines.end());
+  std::vector<float> got(lines.size());
+  p.predict_lines(lines, got);
+  CHECK(max_abs_diff(got, expected) == 0.0);
+  // and the predictor equals the trainer's state on the mapped keys, bitwise.
+  CHECK(max_abs_diff(run(p, eval_set, batch), trainer_logits(trained, config, eval_set)) == 0.0);
+
+  // A vocabulary that does not fit the model, or another seed, is refused at export.
+  auto other = e;
+  other.overwrite = true;
+  other.hash_seed = seed + 1;
+  auto err =
+      catch_error([&] { serve::export_trainer(trained, config, work.path / "c", other, 40); });
+  CHECK(err.code() == errc::invalid_argument);
+  CHECK(contains(err.what(), "counted over keys hashed with seed"));
+  allreduce_dlrm plain(dlrm_config(), opt, o);
+  err = catch_error([&] { serve::export_trainer(plain, dlrm_config(), work.path / "c", e, 0); });
+  CHECK(err.code() == errc::invalid_argument);
+  CHECK(contains(err.what(), "maps sparse column 0 into"));
+  // A damaged vocabulary inside the bundle fails its listed checksum.
+  {
+    std::fstream f(work.path / "b" / "vocabulary.ctrv",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x7f');
+  }
+  err = catch_error([&] { (void)serve::predictor<models::dlrm>(work.path / "b"); });
+  CHECK(err.code() == errc::corrupt_data);
+}
+
 TEST_CASE("fp16 and int8 bundles keep the eval AUC within 0.001", "[serve][quantized]") {
   const auto& d = shared_data();
   temp_dir work("serve_quant");

@@ -20,7 +20,8 @@
 ///   example-major), keys (uint32 or uint64, example-major), each part padded to 8 bytes;
 /// - the chunk table: (offset, rows, checksum) per chunk, then its own checksum.
 /// A file is written under a temporary name and renamed when complete: a file with the final
-/// name is whole.
+/// name is whole. A folder may also hold a frequency-threshold vocabulary (`vocabulary.ctrv`,
+/// ctr_vocabulary.hpp, `build_ctr_vocabulary`) that its files' keys are read through.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/parallel_pipeline.h>
 
 #include "strata/core/checksum.hpp"
@@ -53,6 +55,7 @@
 #include "strata/core/timer.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/data/criteo.hpp"
+#include "strata/data/ctr_vocabulary.hpp"
 #include "strata/data/source.hpp"
 
 namespace strata::data {
@@ -99,30 +102,6 @@ struct chunk_parts {
       : dense(round_up(rows, 8)),
         keys(dense + round_up(rows * s.dense_cols * 4, 8)),
         bytes(keys + rows * s.sparse_cols * s.key_bytes()) {}
-};
-
-/// Little-endian field writer/reader over a byte buffer.
-struct field_writer {
-  std::vector<std::byte>& out;
-  template <class T>
-  void put(T value) {
-    static_assert(std::endian::native == std::endian::little,
-                  "the .ctrb format is little-endian; a big-endian host would need byte swaps");
-    const auto* p = reinterpret_cast<const std::byte*>(&value);
-    out.insert(out.end(), p, p + sizeof(T));
-  }
-};
-struct field_reader {
-  std::span<const std::byte> in;
-  std::size_t at = 0;
-  template <class T>
-  T get() {
-    T value{};
-    if (at + sizeof(T) > in.size()) return value;  // the caller checks the fields' sense
-    std::memcpy(&value, in.data() + at, sizeof(T));
-    at += sizeof(T);
-    return value;
-  }
 };
 
 /// One chunk as the file's table lists it.
@@ -649,8 +628,10 @@ inline std::vector<std::filesystem::path> ctr_binary_files(const std::filesystem
 /// takes it in, and by `verify()`. Training loaders (`loader`) deal each epoch's chunks into
 /// `data_shards` shards in a shuffled order (keyed by seed and epoch), shuffle examples within
 /// windows of consecutive chunks, and drop a window's pages once past it: resident memory is
-/// about two windows per shard a rank reads, whatever the files' size. Const members are safe
-/// from many threads at once.
+/// about two windows per shard a rank reads, whatever the files' size. When the files' folder
+/// holds a vocabulary (`vocabulary.ctrv`, ctr_vocabulary.hpp), every key is read through it:
+/// keys then lie in [0, table_rows()[f]) rather than the hashed rows of `schema()`. Const
+/// members are safe from many threads at once.
 class ctr_files final : public example_source {
  public:
   /// Default examples shuffled together (about 40 MiB of Criteo examples).
@@ -661,13 +642,30 @@ class ctr_files final : public example_source {
     STRATA_EXPECTS(!files.empty(), "ctr_files: no file given");
     for (const auto& p : files)
       open(p);
+    adopt_vocabulary(files);
   }
 
   [[nodiscard]] std::size_t size() const noexcept override { return examples_; }
   [[nodiscard]] std::size_t dense_cols() const noexcept override { return schema_.dense_cols; }
   [[nodiscard]] std::size_t sparse_cols() const noexcept override { return schema_.sparse_cols; }
-  /// The files' common schema (hashing spec included).
+  /// The files' common schema (hashing spec included): the keys as stored.
   [[nodiscard]] const ctr_file_schema& schema() const noexcept { return schema_; }
+  /// Rows of each table as read: the vocabulary's (frequent keys + 1) when the folder has one,
+  /// else the hashed rows of `schema()`.
+  [[nodiscard]] const std::vector<std::uint64_t>& table_rows() const noexcept { return rows_; }
+  /// The vocabulary keys are read through, or nullptr.
+  [[nodiscard]] const ctr_vocabulary* vocabulary() const noexcept { return vocabulary_.get(); }
+  /// The file the vocabulary was read from (empty without one).
+  [[nodiscard]] const std::filesystem::path& vocabulary_file() const noexcept {
+    return vocabulary_file_;
+  }
+  /// The files, in the order their examples are numbered.
+  [[nodiscard]] std::vector<std::filesystem::path> paths() const {
+    std::vector<std::filesystem::path> p;
+    for (const auto& f : files_)
+      p.push_back(f.path);
+    return p;
+  }
   [[nodiscard]] std::size_t files() const noexcept { return files_.size(); }
   [[nodiscard]] std::size_t chunks() const noexcept { return chunks_.size(); }
   /// Total bytes of the files.
@@ -677,15 +675,53 @@ class ctr_files final : public example_source {
       n += f.bytes;
     return n;
   }
-  /// One line: files, examples, chunks, bytes, hashing.
+  /// One line: files, examples, chunks, bytes, hashing (and the vocabulary).
   [[nodiscard]] std::string describe() const {
-    const auto [low, high] =
-        std::minmax_element(schema_.table_rows.begin(), schema_.table_rows.end());
+    const auto [low, high] = std::minmax_element(rows_.begin(), rows_.end());
     return cat(files_.size(), " file(s), ", examples_, " examples in ", chunks_.size(),
                " chunks of up to ", schema_.chunk_rows, ", ", bytes() >> 20, " MiB (",
                schema_.example_bytes(), " B/example), tables of ",
                *low == *high ? cat(*low) : cat(*low, "..", *high), " rows, hash seed ",
-               schema_.hash_seed);
+               schema_.hash_seed, vocabulary_ ? cat(", ", vocabulary_->describe()) : "");
+  }
+
+  /// Counts every key as stored (before any vocabulary) into `counts`, whose tables must have
+  /// the files' hashed rows; checks each chunk's checksum on the way (`errc::corrupt_data`).
+  /// Tables are counted in parallel (oneTBB), 16 chunks at a time.
+  void count_keys(ctr_key_counts& counts) const {
+    STRATA_EXPECTS(std::equal(counts.hash_rows().begin(), counts.hash_rows().end(),
+                              schema_.table_rows.begin(), schema_.table_rows.end()),
+                   "ctr_files::count_keys: the counters' tables differ from the files' (",
+                   schema_.table_rows.size(), " tables of ", schema_.table_rows.front(), " rows)");
+    constexpr std::size_t batch = 16;
+    const std::size_t cols = schema_.sparse_cols;
+    for (std::size_t first = 0; first < chunks_.size(); first += batch) {
+      const std::size_t end = std::min(chunks_.size(), first + batch);
+      for (std::size_t c = first; c < end; ++c)
+        check_chunk(maps_, c);
+      std::atomic<bool> outside{false};
+      tbb::parallel_for(std::size_t{0}, cols, [&](std::size_t f) {
+        const std::uint64_t rows = schema_.table_rows[f];
+        for (std::size_t c = first; c < end; ++c) {
+          const std::byte* keys = chunk_bytes(maps_, c).data() + chunks_[c].keys;
+          for (std::size_t r = 0; r < chunks_[c].rows; ++r) {
+            std::uint64_t key = 0;
+            std::memcpy(&key, keys + (r * cols + f) * key_bytes_, key_bytes_);
+            if (key >= rows) [[unlikely]] {
+              outside.store(true, std::memory_order_relaxed);
+              return;
+            }
+            counts.add(f, key);
+          }
+        }
+      });
+      if (outside.load())
+        fail(errc::corrupt_data,
+             cat("'", files_[chunks_[first].file].path.string(), "': a key near chunk ", first,
+                 " lies outside its table; convert the TSV again"));
+      for (std::size_t c = first; c < end; ++c)
+        release_chunk(maps_, c);
+    }
   }
 
   /// Checks every chunk's checksum (reads every byte once); raises `errc::corrupt_data`.
@@ -888,6 +924,55 @@ class ctr_files final : public example_source {
         keys[f] = k32;
       }
     }
+    if (vocabulary_)
+      for (std::size_t f = 0; f < schema_.sparse_cols; ++f)
+        keys[f] = vocabulary_->map(f, keys[f]);
+  }
+
+  /// Reads the vocabulary of the files' folders: every file's folder must hold the same one,
+  /// or none does; its hashing must be the files'.
+  void adopt_vocabulary(const std::vector<std::filesystem::path>& files) {
+    namespace fs = std::filesystem;
+    std::optional<fs::path> with, without, loaded;  // a file read through one / without
+    for (const auto& p : files) {
+      const fs::path v = p.parent_path() / ctr_vocabulary_name;
+      std::error_code ec;
+      if (!fs::exists(v, ec)) {
+        without = p;
+        continue;
+      }
+      with = p;
+      if (loaded && fs::equivalent(*loaded, v, ec)) continue;
+      auto read = std::make_shared<const ctr_vocabulary>(ctr_vocabulary::load(v));
+      if (vocabulary_ && read->fingerprint() != vocabulary_->fingerprint())
+        fail(errc::invalid_argument,
+             cat("'", v.string(), "' and '", loaded->string(),
+                 "' are different vocabularies: the days read together must be read through "
+                 "one (convert them into one folder)"));
+      vocabulary_ = std::move(read);
+      loaded = v;
+    }
+    if (with && without)
+      fail(errc::invalid_argument,
+           cat("'", with->string(), "' is read through the vocabulary of its folder but '",
+               without->string(),
+               "' has none beside it: its keys would mean other rows; convert that day into "
+               "the folder holding the vocabulary"));
+    rows_ = schema_.table_rows;
+    if (!vocabulary_) return;
+    const auto& v = *vocabulary_;
+    bool same = v.tables() == schema_.sparse_cols && v.hash_seed() == schema_.hash_seed;
+    for (std::size_t f = 0; same && f < v.tables(); ++f)
+      same = v.hash_rows(f) == schema_.table_rows[f];
+    if (!same)
+      fail(errc::invalid_argument,
+           cat("'", loaded->string(), "' was counted over days hashed otherwise (", v.tables(),
+               " tables of ", v.hash_rows(0), " rows, seed ", v.hash_seed(), ") than '",
+               files_.front().path.string(), "' (", schema_.sparse_cols, " tables of ",
+               schema_.table_rows.front(), " rows, seed ", schema_.hash_seed,
+               "); convert every day of the folder with the same --table-rows and --seed"));
+    rows_ = v.table_rows();
+    vocabulary_file_ = *loaded;
   }
 
   [[nodiscard]] static std::size_t shards_of(const loader_config& c) noexcept {
@@ -1094,6 +1179,31 @@ class ctr_files final : public example_source {
   std::size_t examples_ = 0;
   ctr_file_schema schema_;
   std::size_t key_bytes_ = 4;
+  std::vector<std::uint64_t> rows_;                   // table_rows()
+  std::shared_ptr<const ctr_vocabulary> vocabulary_;  // null: keys read as stored
+  std::filesystem::path vocabulary_file_;
 };
+
+/// Counts the keys of `files` — read as stored: they must not be read through a vocabulary
+/// already — and keeps, per table, those seen at least `min_count` (≥ 1) times. Save the result
+/// as `vocabulary.ctrv` in the files' folder to read them (and later days converted there)
+/// through it.
+inline ctr_vocabulary build_ctr_vocabulary(const ctr_files& files, std::uint64_t min_count) {
+  STRATA_EXPECTS(files.vocabulary() == nullptr,
+                 "build_ctr_vocabulary: the files are read through a vocabulary already (",
+                 files.vocabulary() ? files.vocabulary()->describe() : "",
+                 "); count days whose folder has none");
+  STRATA_EXPECTS(min_count >= 1, "build_ctr_vocabulary: min_count ", min_count,
+                 " must be at least 1 (1 keeps every key seen, 2 drops ids seen once)");
+  ctr_key_counts counts(files.schema().table_rows);
+  files.count_keys(counts);
+  ctr_vocabulary::provenance p;
+  p.min_count = min_count;
+  p.hash_seed = files.schema().hash_seed;
+  p.examples = files.size();
+  for (const auto& path : files.paths())
+    p.counted_files.push_back(path.filename().string());
+  return ctr_vocabulary(counts, std::move(p));
+}
 
 }  // namespace strata::data

@@ -10,6 +10,9 @@
 ///   file row_bytes), one `file` line per data file (name bytes checksum) and, last, a
 ///   `fingerprint` = checksum of every line before it.
 /// - `dense.f32`: the model's flat dense parameters (little-endian fp32, the model's order).
+/// - `vocabulary.ctrv` (only when training read converted data through a frequency-threshold
+///   vocabulary, data/ctr_vocabulary.hpp; manifest line `hash.vocabulary`): hashed keys map
+///   through it to table rows, as in training.
 /// - `table-NNN.<precision>`: table NNN as one contiguous row-major file, row r at byte
 ///   r·row_bytes; every row of the table is there — rows training never touched hold exactly
 ///   what the trainer's row initialiser gives them (core/row_init.hpp).
@@ -51,9 +54,11 @@
 
 #include "strata/compress/fp16.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/mapped_file.hpp"
 #include "strata/core/row_init.hpp"
 #include "strata/core/table_spec.hpp"
 #include "strata/data/criteo.hpp"
+#include "strata/data/ctr_vocabulary.hpp"
 #include "strata/models/dlrm.hpp"
 #include "strata/models/wide_deep.hpp"
 #include "strata/train/checkpoint.hpp"
@@ -192,6 +197,9 @@ struct bundle_manifest {
   std::uint64_t hash_seed = 0;
   std::vector<std::uint64_t> hash_rows;     ///< rows of the tables reading sparse column c
   std::vector<std::uint64_t> missing_keys;  ///< key of an empty field of sparse column c
+  /// The frequency-thresholding vocabulary (data/ctr_vocabulary.hpp) hashed keys go through
+  /// to become table rows (a file of the bundle), or empty: the hashed key is the row.
+  std::string vocabulary_file;
   std::string dense_file;
   std::uint64_t dense_count = 0;
   std::vector<bundle_table> tables;
@@ -222,6 +230,7 @@ struct bundle_manifest {
     out << "\nhash.missing_keys";
     for (auto v : missing_keys)
       out << ' ' << v;
+    if (!vocabulary_file.empty()) out << "\nhash.vocabulary " << vocabulary_file;
     out << "\ndense " << dense_file << ' ' << dense_count << '\n';
     for (std::size_t t = 0; t < tables.size(); ++t) {
       const auto& e = tables[t];
@@ -322,6 +331,8 @@ struct bundle_manifest {
         m.hash_rows = rest_u64();
       } else if (key == "hash.missing_keys") {
         m.missing_keys = rest_u64();
+      } else if (key == "hash.vocabulary") {
+        m.vocabulary_file = word("file");
       } else if (key == "dense") {
         m.dense_file = word("file");
         m.dense_count = u64("count");
@@ -507,6 +518,10 @@ struct export_options {
   /// The run's trainer_options::embedding_init_scale (0: DLRM's per-table default).
   float embedding_init_scale = 0.0f;
   bool overwrite = false;  ///< replace an existing bundle directory
+  /// The vocabulary the run's keys were read through (`vocabulary.ctrv` beside converted
+  /// data, data/ctr_vocabulary.hpp), if any: copied into the bundle, so raw lines are hashed
+  /// into its hashed rows and mapped to table rows as in training. Its seed is the hashing's.
+  std::optional<std::filesystem::path> vocabulary{};
 };
 
 /// What an export wrote.
@@ -616,6 +631,29 @@ export_report write_bundle(const Model& model, const typename Model::config& con
     STRATA_EXPECTS(m.hash_rows[c] == tables[t].rows, "bundle export: tables reading sparse column ",
                    c, " have different row counts (", m.hash_rows[c], " and ", tables[t].rows,
                    "): one hash cannot index both");
+  }
+  if (options.vocabulary) {  // hashed keys → the vocabulary → table rows
+    const auto v = data::ctr_vocabulary::load(*options.vocabulary);
+    STRATA_EXPECTS(v.tables() == columns, "bundle export: the vocabulary ",
+                   options.vocabulary->string(), " has ", v.tables(),
+                   " tables but the model reads ", columns, " sparse columns");
+    STRATA_EXPECTS(!options.hash_seed || *options.hash_seed == v.hash_seed(),
+                   "bundle export: hash seed ", options.hash_seed.value_or(0),
+                   " but the vocabulary was counted over keys hashed with seed ", v.hash_seed(),
+                   "; drop the seed (the vocabulary's is used)");
+    m.hash_seed = v.hash_seed();
+    for (std::size_t c = 0; c < columns; ++c) {
+      STRATA_EXPECTS(v.rows(c) == m.hash_rows[c], "bundle export: the vocabulary ",
+                     options.vocabulary->string(), " maps sparse column ", c, " into ", v.rows(c),
+                     " rows but the model's table has ", m.hash_rows[c],
+                     "; give the vocabulary the run read its data through");
+      m.hash_rows[c] = v.hash_rows(c);
+    }
+    m.vocabulary_file = std::string(data::ctr_vocabulary_name);
+    fs::copy_file(*options.vocabulary, staging / m.vocabulary_file,
+                  fs::copy_options::overwrite_existing);
+    const mapped_file copy(staging / m.vocabulary_file);
+    m.files.push_back({m.vocabulary_file, copy.bytes().size(), bytes_checksum(copy.bytes())});
   }
   for (std::size_t c = 0; c < columns; ++c)
     m.missing_keys.push_back(data::criteo_missing_key(c, m.hash_rows[c], m.hash_seed));

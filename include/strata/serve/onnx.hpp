@@ -415,13 +415,15 @@ onnx_report export_onnx(const predictor<Model>& p, const std::filesystem::path& 
   opset->set_version(onnx_graph_spec::opset);
   model.set_producer_name("strata");
   model.set_producer_version(cat("bundle format ", bundle_version));
-  model.set_doc_string(cat("strata ", m.model, " click model (bundle step ", m.step, ", ",
-                           to_string(m.rows_precision), " rows exported as fp32). Inputs: '",
-                           onnx_graph_spec::dense_input, "' float [batch, ", p.dense_features(),
-                           "] transformed dense features; '", onnx_graph_spec::sparse_input,
-                           "' int64 [batch, ", p.sparse_features(),
-                           "] hashed keys (column c in [0, hash_rows[c])). Output: '",
-                           onnx_graph_spec::output, "' float [batch, 1]."));
+  model.set_doc_string(cat(
+      "strata ", m.model, " click model (bundle step ", m.step, ", ", to_string(m.rows_precision),
+      " rows exported as fp32). Inputs: '", onnx_graph_spec::dense_input, "' float [batch, ",
+      p.dense_features(), "] transformed dense features; '", onnx_graph_spec::sparse_input,
+      "' int64 [batch, ", p.sparse_features(),
+      m.vocabulary_file.empty() ? "] hashed keys (column c in [0, hash_rows[c]))"
+                                : "] table rows: hashed keys (column c in [0, hash_rows[c])) "
+                                  "mapped through the bundle's vocabulary",
+      ". Output: '", onnx_graph_spec::output, "' float [batch, 1]."));
   const auto meta = [&](const std::string& key, const std::string& value) {
     auto* entry = model.add_metadata_props();
     entry->set_key("strata." + key);
@@ -440,6 +442,9 @@ onnx_report export_onnx(const predictor<Model>& p, const std::filesystem::path& 
   meta("hash_seed", std::to_string(m.hash_seed));
   meta("hash_rows", joined(m.hash_rows));
   meta("missing_keys", joined(m.missing_keys));
+  if (!m.vocabulary_file.empty())  // hashed keys → rows (data::ctr_vocabulary::map)
+    meta("vocabulary", cat(m.vocabulary_file, " (frequency thresholding: the bundle's ",
+                           "file; map hashed keys through it before the graph)"));
 
   auto* graph = model.mutable_graph();
   graph->set_name(cat("strata_", m.model));

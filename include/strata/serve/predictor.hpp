@@ -117,6 +117,25 @@ class predictor {
         std::all_of(manifest_.hash_rows.begin(), manifest_.hash_rows.end(),
                     [](std::uint64_t r) { return r > 0; }))
       hashing_.emplace(manifest_.hash_rows, manifest_.hash_seed);
+    if (!manifest_.vocabulary_file.empty()) {
+      (void)open_file(manifest_.vocabulary_file);  // size and checksum as the manifest lists
+      vocabulary_.emplace(data::ctr_vocabulary::load(dir / manifest_.vocabulary_file));
+      bool fits = vocabulary_->tables() == sparse_features_;
+      for (std::size_t c = 0; fits && c < sparse_features_; ++c)
+        fits = vocabulary_->hash_rows(c) == manifest_.hash_rows[c];
+      for (std::size_t t = 0; fits && t < specs.size(); ++t)
+        fits = vocabulary_->rows(probe.input_column(t)) == specs[t].rows;
+      if (!fits)
+        fail(errc::corrupt_data, cat("bundle ", dir.string(), ": its vocabulary does not map the ",
+                                     "manifest's hash.rows onto its tables' rows; export the "
+                                     "bundle again"));
+    }
+  }
+
+  /// The vocabulary raw lines' hashed keys go through (manifest().vocabulary_file), or nullptr:
+  /// keys given to predict / predict_logits are rows after it.
+  [[nodiscard]] const data::ctr_vocabulary* vocabulary() const noexcept {
+    return vocabulary_ ? &*vocabulary_ : nullptr;
   }
 
   [[nodiscard]] const bundle_manifest& manifest() const noexcept { return manifest_; }
@@ -134,7 +153,8 @@ class predictor {
 
   /// Logits of `batch` samples: `dense` (batch × dense_features(), transformed as in training,
   /// e.g. data::criteo_dense_value) and `keys` (batch × sparse_features(), hashed keys: key of
-  /// column c < manifest().hash_rows[c]) into `logits` (batch values). A key outside its table
+  /// column c < manifest().hash_rows[c]; with a vocabulary, the row it maps the hashed key to,
+  /// below the table's rows) into `logits` (batch values). A key outside its table
   /// raises errc::out_of_range naming the sample, column and table.
   void predict_logits(matrix_view<const float> dense, matrix_view<const std::uint64_t> keys,
                       std::span<float> logits) const {
@@ -155,7 +175,8 @@ class predictor {
 
   /// Click probabilities of raw Criteo TSV lines: 40 fields (label, I1..I13, C1..C26; the
   /// label is ignored) or 39 (no label), parsed and hashed exactly as in training
-  /// (data::criteo_reader with the manifest's hash.rows and hash.seed). A malformed line raises
+  /// (data::criteo_reader with the manifest's hash.rows and hash.seed, then its vocabulary if
+  /// the bundle has one). A malformed line raises
   /// errc::invalid_argument naming the line's index in the batch and the field. Needs a model
   /// with Criteo's 13 dense and 26 sparse features.
   void predict_lines(std::span<const std::string_view> lines,
@@ -196,6 +217,11 @@ class predictor {
                    data::to_string(*bad),
                    "); a line is [label\\t] 13 integers \\t 26 hex values, tab-separated, as in "
                    "the training data"));
+        if (vocabulary_) {  // the line's keys are the chunk's last sparse_features_
+          std::uint64_t* keys = chunk.keys.data() + chunk.keys.size() - sparse_features_;
+          for (std::size_t c = 0; c < sparse_features_; ++c)
+            keys[c] = vocabulary_->map(c, keys[c]);
+        }
       }
       return std::pair(matrix_view<const float>(chunk.dense.data(), n, dense_features_),
                        matrix_view<const std::uint64_t>(chunk.keys.data(), n, sparse_features_));
@@ -330,7 +356,8 @@ class predictor {
   std::filesystem::path dir_;
   predictor_options options_;
   bundle_manifest manifest_;
-  std::optional<data::criteo_hashing> hashing_;  // raw lines → keys (Criteo-shaped bundles)
+  std::optional<data::criteo_hashing> hashing_;     // raw lines → keys (Criteo-shaped bundles)
+  std::optional<data::ctr_vocabulary> vocabulary_;  // hashed keys → rows, if the bundle has one
   typename Model::config config_;
   std::vector<mapped_file> tables_;
   std::vector<float> dense_;
