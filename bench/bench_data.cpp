@@ -7,11 +7,12 @@
 ///   2. The main job: `examples/ctr_train` (DLRM, Kaggle sizes, dim 16, 1 worker, allreduce,
 ///      Adagrad, batch 128, one epoch) trained from the converted days (`--data DIR`, memory
 ///      mapped, windowed shuffle) against the same rows as TSV loaded into memory (`--data
-///      FILE.tsv`); ratio = samples/s converted / in memory (goal ≥ 1.0: the reader is never the
-///      bottleneck).
+///      FILE.tsv`), and the same TSV streamed (`--stream`: chunks parsed as the shuffle window
+///      reaches them); ratio = samples/s converted (or streamed) / in memory (goal ≥ 1.0: the
+///      reader is never the bottleneck).
 ///   3. Resident memory: the peak RSS of those ctr_train processes at 1× and 10× the data
-///      (getrusage of the child): converted data should not grow with the file, TSV in memory
-///      does.
+///      (getrusage of the child): converted and streamed data should not grow with the file,
+///      TSV in memory does.
 /// Verification: converted and TSV runs must both learn (eval AUC ≥ 0.6 on the held-out day)
 /// and end within 0.01 AUC of each other (another example order, same data).
 ///
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
 
     // 2 + 3. The main job from converted files and from TSV in memory.
     const auto train = [&](const std::string& data, const std::string& eval,
-                           const std::string& name) {
+                           const std::string& name, bool stream = false) {
       const fs::path report = dir / (name + ".json");
       std::vector<std::string> args = {
           ctr_train,   "--data",    data, "--eval-data",   eval,           "--strategy",
@@ -166,6 +167,7 @@ int main(int argc, char** argv) {
         args.push_back("--table-rows");
         args.push_back(cat(table_rows));
       }
+      if (stream) args.push_back("--stream");
       const auto r = run_child(args);
       if (r.status != 0)
         fail(errc::internal, cat("bench_data: ctr_train ", name, " failed:\n", r.output));
@@ -183,7 +185,10 @@ int main(int argc, char** argv) {
     const job conv1 = train((dir / "conv1").string(), eval_conv, "converted 1x");
     const job tsv10 = train(all_tsv.string(), eval_tsv, "tsv in memory 10x");
     const job conv10 = train((dir / "conv10").string(), eval_conv, "converted 10x");
-    for (const auto& [a, b] : {std::pair{tsv1, conv1}, std::pair{tsv10, conv10}})
+    const job stream1 = train(days[0].string(), eval_tsv, "tsv streamed 1x", true);
+    const job stream10 = train(all_tsv.string(), eval_tsv, "tsv streamed 10x", true);
+    for (const auto& [a, b] : {std::pair{tsv1, conv1}, std::pair{tsv10, conv10},
+                               std::pair{tsv1, stream1}, std::pair{tsv10, stream10}})
       if (std::abs(a.auc - b.auc) > 0.01)
         fail(errc::internal, cat("bench_data: converted and in-memory runs learn differently "
                                  "(eval AUC ",
@@ -197,6 +202,14 @@ int main(int argc, char** argv) {
                        conv10.rss_mib / conv1.rss_mib});
     results.push_back({"peak RSS MiB tsv in memory 10x vs 1x", tsv10.rss_mib, "MiB", tsv1.rss_mib,
                        tsv10.rss_mib / tsv1.rss_mib});
+    results.push_back({"ctr_train samples/s tsv streamed vs tsv in memory, 1x",
+                       stream1.samples_per_s, "samples/s", tsv1.samples_per_s,
+                       stream1.samples_per_s / tsv1.samples_per_s});
+    results.push_back({"ctr_train samples/s tsv streamed vs tsv in memory, 10x",
+                       stream10.samples_per_s, "samples/s", tsv10.samples_per_s,
+                       stream10.samples_per_s / tsv10.samples_per_s});
+    results.push_back({"peak RSS MiB tsv streamed 10x vs 1x", stream10.rss_mib, "MiB",
+                       stream1.rss_mib, stream10.rss_mib / stream1.rss_mib});
     bench::report(opts, results);
     if (keep.empty()) fs::remove_all(dir);
     return 0;

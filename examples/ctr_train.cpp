@@ -106,6 +106,7 @@ struct flags {
   float dense_lr = 0.0f;
   std::size_t global_batch = 256;  ///< --batch: samples per step over all workers
   bool skip_bad_lines = false;
+  bool stream = false;  ///< --stream: TSV --data / --eval-data streamed, never loaded whole
   bool tiny = false;
   /// --bottom-mlp / --top-mlp: hidden widths of the MLPs (empty = the model's default); the
   /// last layers (DLRM's bottom: --dim, top and Wide & Deep's deep MLP: 1) are added.
@@ -159,6 +160,10 @@ struct probe_result {
       "  --epochs E --max-steps N\n"
       "  --seed S\n"
       "  --data FILE.tsv [--eval-data FILE.tsv] [--skip-bad-lines] | --synthetic N (rows)\n"
+      "  --stream                        read TSV data by streaming it (chunks of 4096 lines,\n"
+      "                                parsed as the shuffle window reaches them; resident\n"
+      "                                memory bounded) instead of loading it whole; a TSV\n"
+      "                                larger than half the memory is streamed anyway\n"
       "  --data DIR|FILE.ctrb [--eval-data DIR|FILE.ctrb|FILE.tsv]   converted days\n"
       "                                (strata_convert): memory-mapped, resident memory bounded\n"
       "                                by the shuffle window; tables' rows from the files\n"
@@ -488,6 +493,8 @@ flags parse(int argc, char** argv) {
       f.eval_data = value();
     else if (a == "--skip-bad-lines")
       f.skip_bad_lines = true;
+    else if (a == "--stream")
+      f.stream = true;
     else if (a == "--synthetic") {
       f.synthetic = integer(std::size_t{1}, std::size_t{1'000'000'000});
       f.synthetic_given = true;
@@ -689,19 +696,23 @@ datasets load_data(const flags& f) {
       return files;
     }
     // A TSV is loaded whole (about 1.05 bytes of memory per byte of file: 270 B an example
-    // from ~257 B a line): refuse one that cannot fit before reading it.
+    // from ~257 B a line) unless --stream, or it would take more than half the memory.
     std::error_code missing;  // a missing file is reported by the reader, with its remedy
     const auto size = std::filesystem::file_size(path, missing);
     const double needed = missing ? 0.0 : 1.05 * static_cast<double>(size);
     const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                           static_cast<double>(::sysconf(_SC_PAGESIZE));
-    if (memory > 0 && needed > 0.8 * memory)
-      fail(errc::out_of_range,
-           cat("--data ", path, ": a TSV is loaded into memory (about ", needed / (1 << 30),
-               " GiB for this file) but this machine has ", memory / (1 << 30),
-               " GiB; convert it once (strata_convert --out DIR ", path,
-               ") and train from the folder (--data DIR): read memory-mapped, resident memory "
-               "bounded"));
+    if (f.stream || (memory > 0 && needed > 0.5 * memory)) {
+      auto files = std::make_unique<const data::ctr_files>(data::tsv_input{{path}, reader});
+      if (f.leader())
+        log_line(cat(what, " data: ", files->describe(),
+                     f.stream ? std::string()
+                              : cat(" (streamed: loaded whole it would take ",
+                                    one_decimal(needed / (1 << 30)), " GiB of ",
+                                    one_decimal(memory / (1 << 30)),
+                                    "; strata_convert it once to skip the parse at start-up)")));
+      return files;
+    }
     data::criteo_summary summary;
     auto set = std::make_unique<const data::ctr_dataset>(data::load_criteo(path, reader, &summary));
     if (f.leader()) log_line(cat(what, " data: ", summary.to_string()));
@@ -717,7 +728,8 @@ datasets load_data(const flags& f) {
                    ? files->vocabulary()->fingerprint()
                    : std::uint64_t{0};
       };
-      if (const auto* eval = dynamic_cast<const data::ctr_files*>(d.eval.get())) {
+      if (const auto* eval = dynamic_cast<const data::ctr_files*>(d.eval.get());
+          eval != nullptr && !eval->streamed_tsv()) {
         const auto expected = f.feature_rows.empty() ? std::vector<std::uint64_t>(
                                                            eval->table_rows().size(), f.table_rows)
                                                      : f.feature_rows;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds strata's libFuzzer targets (tests/fuzz: Criteo lines, IDX files, parameter-server
-# messages, checkpoints) with clang and runs each, one after the other, on a fresh copy of its
+# messages, checkpoints, frequency-threshold vocabularies) with clang and runs each, one after the other, on a fresh copy of its
 # seed corpus. docs/fuzzing.md says what each target covers and what counts as a finding.
 #
 # Usage: scripts/fuzz.sh [--seconds N | --runs N] [--target NAME]... [build-dir]
 #   --seconds N   fuzz each target for N seconds (-max_total_time; default 60)
 #   --runs N      fuzz each target for N executions instead (-runs)
-#   --target NAME only this target (criteo, idx, protocol, checkpoint); repeatable
+#   --target NAME only this target (criteo, idx, protocol, checkpoint, vocabulary); repeatable
 #   build-dir     default: build-fuzz beside this script's folder
 # Prints each target's executions and exec/s; exit code 1 on any finding (crash, sanitizer
 # report, an escaping non-strata exception, a broken oracle, a timeout of 10 s or more than
@@ -27,9 +27,9 @@ while [ $# -gt 0 ]; do
     *) build=$1; shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(criteo idx protocol checkpoint)
+[ ${#targets[@]} -gt 0 ] || targets=(criteo idx protocol checkpoint vocabulary)
 for t in "${targets[@]}"; do
-  [ -d "$root/tests/fuzz/corpus/$t" ] || { echo "fuzz: no target '$t' (criteo, idx, protocol, checkpoint)" >&2; exit 2; }
+  [ -d "$root/tests/fuzz/corpus/$t" ] || { echo "fuzz: no target '$t' (criteo, idx, protocol, checkpoint, vocabulary)" >&2; exit 2; }
 done
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (Debian: clang)" >&2; exit 2; }
 

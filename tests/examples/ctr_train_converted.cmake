@@ -144,3 +144,22 @@ run(1 v_refused_hash "${STRATA_CONVERT}" --out "${WORK}/vother" --table-rows 300
 if(NOT v_refused_hash MATCHES "was counted over keys hashed into tables of 4000 rows")
   message(FATAL_ERROR "a vocabulary of other hashing was not refused:\n${v_refused_hash}")
 endif()
+
+# Streaming a TSV (--stream: no conversion, resident memory bounded) deals the same batches as
+# the day converted with chunks of 4096: the same model, bit for bit.
+run(0 c4096 "${STRATA_CONVERT}" --out "${WORK}/c4096" --table-rows 4000 --seed 1
+    "${WORK}/tsv/day_0.tsv")
+set(scommon --tiny --dim 8 --batch 64 --compressor none --shuffle-window 8192 --seed 1
+            --strategy hybrid --workers 2 --servers 1 --eval-data "${WORK}/eval")
+run(0 from_ctrb "${CTR_TRAIN}" --data "${WORK}/c4096" ${scommon})
+run(0 from_tsv "${CTR_TRAIN}" --data "${WORK}/tsv/day_0.tsv" --stream --table-rows 4000
+    ${scommon})
+string(REGEX MATCH "checksum dense / embeddings +[0-9a-f]+ / [0-9a-f]+" sum_ctrb "${from_ctrb}")
+string(REGEX MATCH "checksum dense / embeddings +[0-9a-f]+ / [0-9a-f]+" sum_tsv "${from_tsv}")
+if(sum_ctrb STREQUAL "" OR NOT sum_ctrb STREQUAL sum_tsv)
+  message(FATAL_ERROR "streamed TSV and the converted day differ:\n${from_ctrb}\n${from_tsv}")
+endif()
+if(NOT from_tsv MATCHES "1 TSV file\\(s\\) streamed, 6000 examples in 2 chunks")
+  message(FATAL_ERROR "the streamed TSV was not described:\n${from_tsv}")
+endif()
+message(STATUS "streamed TSV = converted: ${sum_tsv}")

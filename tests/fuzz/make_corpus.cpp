@@ -1,6 +1,7 @@
 // Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/): a few small valid
 // and near-valid inputs each, in the input format the target's header comment describes,
-// built with strata's own writers (ps::start_message, checkpoint_writer, row_records) so they
+// built with strata's own writers (ps::start_message, checkpoint_writer, row_records,
+// ctr_vocabulary::save) so they
 // stay valid when a format changes. Deterministic: rerunning it rewrites the same bytes.
 //   cmake --build build-fuzz --target fuzz_make_corpus
 //   build-fuzz/tests/fuzz/fuzz_make_corpus tests/fuzz/corpus
@@ -20,6 +21,8 @@
 #include "strata/compress/fp16.hpp"
 #include "strata/compress/int8_block.hpp"
 #include "strata/compress/topk.hpp"
+#include "strata/core/checksum.hpp"
+#include "strata/data/ctr_vocabulary.hpp"
 #include "strata/ps/consistency.hpp"
 #include "strata/ps/partition.hpp"
 #include "strata/ps/protocol.hpp"
@@ -332,6 +335,39 @@ void checkpoint(const fs::path& scratch) {
   emit("checkpoint", "rows-other-shape", bytes{6 | 1, 3} + without_checksum(rows));
 }
 
+// ---- vocabulary ----------------------------------------------------------------------------
+
+void vocabulary(const fs::path& scratch) {
+  // settings: bit 0 append the checksum
+  data::ctr_key_counts counts({50, 1000, std::uint64_t{1} << 27});
+  for (std::uint64_t i = 0; i < 400; ++i) {
+    counts.add(0, i % 50);
+    counts.add(1, (i * i) % 1000);
+    counts.add(2, (i * 7919) % 3001);
+  }
+  const data::ctr_vocabulary v(counts, {.min_count = 2,
+                                        .hash_seed = 7,
+                                        .examples = 400,
+                                        .counted_files = {"day_0.ctrb", "day_1.ctrb"}});
+  v.save(scratch / "v.ctrv");
+  const bytes valid = read_all(scratch / "v.ctrv");
+  emit("vocabulary", "valid", bytes{0} + valid);
+  emit("vocabulary", "checksum-appended", bytes{1} + without_checksum(valid));
+  bytes truncated = valid;
+  truncated.resize(truncated.size() / 2);
+  emit("vocabulary", "truncated", bytes{0} + truncated);
+  bytes version = valid;
+  version[8] = 2;
+  emit("vocabulary", "bad-version", bytes{1} + without_checksum(version));
+  // A header asking for 4096 tables of 2^26 hashed rows and no key: must not allocate them.
+  bytes lying = text("STRATACV") + raw(std::uint32_t{1}) + raw(std::uint32_t{4096}) +
+                raw(std::uint64_t{1}) + raw(std::uint64_t{0}) + raw(std::uint64_t{0}) +
+                raw(std::uint32_t{0});
+  for (int t = 0; t < 4096; ++t)
+    lying = lying + raw(std::uint64_t{1} << 26) + raw(std::uint64_t{0});
+  emit("vocabulary", "huge-tables-no-keys", bytes{1} + lying);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,6 +383,7 @@ int main(int argc, char** argv) {
     idx_corpus();
     protocol();
     checkpoint(scratch);
+    vocabulary(scratch);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_corpus: %s\n", e.what());
     fs::remove_all(scratch);

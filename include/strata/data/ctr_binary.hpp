@@ -32,15 +32,18 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -430,6 +433,9 @@ class block_reader {
   std::uint64_t bytes_ = 0;
 };
 
+inline void parse_lines(std::string_view text, const criteo_options& options,
+                        const criteo_hashing& hashing, parsed_block& out);
+
 inline void parse_block(const text_block& block, const criteo_options& options,
                         const criteo_hashing& hashing, parsed_block& out) {
   out.rows.dense.clear();
@@ -443,8 +449,14 @@ inline void parse_block(const text_block& block, const criteo_options& options,
                              cat("line is longer than max_line_bytes = ", options.max_line_bytes)});
     return;
   }
+  parse_lines(block.text, options, hashing, out);
+}
+
+/// Parses whole lines of `text` (each ending at a newline, the last one possibly without) as
+/// parse_block does, appending to `out` (cleared by the caller).
+inline void parse_lines(std::string_view text, const criteo_options& options,
+                        const criteo_hashing& hashing, parsed_block& out) {
   std::string why;
-  std::string_view text = block.text;
   while (!text.empty()) {
     const auto nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -622,6 +634,18 @@ inline std::vector<std::filesystem::path> ctr_binary_files(const std::filesystem
   return files;
 }
 
+/// Criteo TSV files for `ctr_files` to stream (index once, parse chunk by chunk while training)
+/// instead of converting them.
+struct tsv_input {
+  std::vector<std::filesystem::path> files;
+  /// Hashing and bad-line rules, as `load_criteo` takes them (`chunk_rows`, `prefetch_chunks`
+  /// of it aside: see chunk_lines).
+  criteo_options options{};
+  /// Lines per chunk: the unit of the per-epoch shuffle and of the data shards (a chunk holds
+  /// its good lines: fewer when some are skipped).
+  std::size_t chunk_lines = 4096;
+};
+
 /// Converted files read by memory mapping, as one `example_source` (examples of the files in
 /// order). Opening checks every header and chunk table (a damaged or truncated file raises
 /// `errc::corrupt_data` naming it); each chunk's checksum is checked when a loader's window
@@ -630,8 +654,16 @@ inline std::vector<std::filesystem::path> ctr_binary_files(const std::filesystem
 /// windows of consecutive chunks, and drop a window's pages once past it: resident memory is
 /// about two windows per shard a rank reads, whatever the files' size. When the files' folder
 /// holds a vocabulary (`vocabulary.ctrv`, ctr_vocabulary.hpp), every key is read through it:
-/// keys then lie in [0, table_rows()[f]) rather than the hashed rows of `schema()`. Const
-/// members are safe from many threads at once.
+/// keys then lie in [0, table_rows()[f]) rather than the hashed rows of `schema()`.
+///
+/// Criteo TSV files (`tsv_input`) are streamed the same way without a conversion: opening maps
+/// each file, cuts it into chunks of `chunk_lines` lines (a parallel newline scan) and parses
+/// every chunk once in parallel to count its good lines (a bad line stops there, naming
+/// file:line, unless skipped); a loader parses each window's chunks when it takes the window in
+/// (in parallel) and drops them with it, so resident memory is about two windows of parsed
+/// examples (≈ 270 B each) per shard. A TSV chunk of L lines and a `.ctrb` chunk of L examples
+/// deal alike: a day streamed and the same day converted with `--chunk-rows L` give the same
+/// batches. Const members are safe from many threads at once.
 class ctr_files final : public example_source {
  public:
   /// Default examples shuffled together (about 40 MiB of Criteo examples).
@@ -644,6 +676,38 @@ class ctr_files final : public example_source {
       open(p);
     adopt_vocabulary(files);
   }
+  /// Streams TSV files (see the class comment): raises what load_criteo raises for the same
+  /// files and options (`errc::corrupt_data` "file:line: what" for a bad line unless skipped,
+  /// `errc::io_error` for a missing file).
+  explicit ctr_files(const tsv_input& input) {
+    STRATA_EXPECTS(!input.files.empty(), "ctr_files: no TSV file given");
+    STRATA_EXPECTS(input.chunk_lines > 0 && input.chunk_lines <= (std::size_t{1} << 24),
+                   "ctr_files: chunk_lines ", input.chunk_lines, " must be in [1, 2^24]");
+    const auto& rows = input.options.table_rows;
+    STRATA_EXPECTS(rows.size() == 1 || rows.size() == criteo_sparse_columns,
+                   "ctr_files: table_rows must hold 1 or 26 sizes, not ", rows.size());
+    for (std::size_t f = 0; f < rows.size(); ++f)
+      STRATA_EXPECTS(rows[f] > 0, "ctr_files: table_rows[", f, "] is 0; every table needs a row");
+    STRATA_EXPECTS(input.options.max_line_bytes >= 40, "ctr_files: max_line_bytes ",
+                   input.options.max_line_bytes, " cannot hold a 40-field line");
+    tsv_ = std::make_shared<tsv_state>(input.options);
+    schema_.table_rows =
+        rows.size() == 1 ? std::vector<std::uint64_t>(criteo_sparse_columns, rows[0]) : rows;
+    schema_.hash_seed = input.options.hash_seed;
+    schema_.chunk_rows = input.chunk_lines;
+    for (const auto& p : input.files)
+      open_tsv(p, input.chunk_lines);
+    rows_ = schema_.table_rows;
+    key_bytes_ = schema_.key_bytes();
+  }
+  /// Streamed TSV: what opening found (lines, examples, lines skipped and why); empty for
+  /// converted files.
+  [[nodiscard]] const criteo_summary& tsv_summary() const noexcept {
+    static const criteo_summary none;
+    return tsv_ ? tsv_->summary : none;
+  }
+  /// Whether the files are streamed TSV.
+  [[nodiscard]] bool streamed_tsv() const noexcept { return tsv_ != nullptr; }
 
   [[nodiscard]] std::size_t size() const noexcept override { return examples_; }
   [[nodiscard]] std::size_t dense_cols() const noexcept override { return schema_.dense_cols; }
@@ -678,6 +742,11 @@ class ctr_files final : public example_source {
   /// One line: files, examples, chunks, bytes, hashing (and the vocabulary).
   [[nodiscard]] std::string describe() const {
     const auto [low, high] = std::minmax_element(rows_.begin(), rows_.end());
+    if (tsv_)
+      return cat(files_.size(), " TSV file(s) streamed, ", examples_, " examples in ",
+                 chunks_.size(), " chunks of up to ", schema_.chunk_rows, " lines, ", bytes() >> 20,
+                 " MiB, tables of ", *low == *high ? cat(*low) : cat(*low, "..", *high),
+                 " rows, hash seed ", schema_.hash_seed, "; ", tsv_->summary.to_string());
     return cat(files_.size(), " file(s), ", examples_, " examples in ", chunks_.size(),
                " chunks of up to ", schema_.chunk_rows, ", ", bytes() >> 20, " MiB (",
                schema_.example_bytes(), " B/example), tables of ",
@@ -689,6 +758,9 @@ class ctr_files final : public example_source {
   /// the files' hashed rows; checks each chunk's checksum on the way (`errc::corrupt_data`).
   /// Tables are counted in parallel (oneTBB), 16 chunks at a time.
   void count_keys(ctr_key_counts& counts) const {
+    STRATA_EXPECTS(!tsv_,
+                   "ctr_files::count_keys: TSV files are streamed, not converted; convert "
+                   "them (strata_convert) to count their keys");
     STRATA_EXPECTS(std::equal(counts.hash_rows().begin(), counts.hash_rows().end(),
                               schema_.table_rows.begin(), schema_.table_rows.end()),
                    "ctr_files::count_keys: the counters' tables differ from the files' (",
@@ -724,8 +796,17 @@ class ctr_files final : public example_source {
     }
   }
 
-  /// Checks every chunk's checksum (reads every byte once); raises `errc::corrupt_data`.
+  /// Checks every chunk's checksum (reads every byte once; streamed TSV: parses every chunk
+  /// again); raises `errc::corrupt_data`.
   void verify() const {
+    if (tsv_) {
+      const mappings local = map_files();
+      for (std::size_t c = 0; c < chunks_.size(); ++c) {
+        (void)parsed(local, c);
+        release_chunk(local, c);
+      }
+      return;
+    }
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       check_chunk(maps_, c);
       release_chunk(maps_, c);
@@ -738,11 +819,21 @@ class ctr_files final : public example_source {
         fail(errc::out_of_range, cat("ctr_files::gather: index ", indices[i], " (position ", i,
                                      ") is outside the data of ", examples_, " examples"));
     out.resize(indices.size(), schema_.dense_cols, schema_.sparse_cols);
+    std::shared_ptr<const detail::criteo_chunk> held;  // streamed TSV: the chunk being read
+    std::size_t held_chunk = chunks_.size();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       const std::size_t e = indices[i];
       const auto it = std::upper_bound(first_example_.begin(), first_example_.end(), e);
       const auto c = static_cast<std::size_t>(it - first_example_.begin()) - 1;
-      read_example(maps_, c, e - first_example_[c], out, i);
+      if (!tsv_) {
+        read_example(maps_, c, e - first_example_[c], out, i);
+        continue;
+      }
+      if (c != held_chunk) {
+        held = recent_chunk(c);
+        held_chunk = c;
+      }
+      copy_row(*held, e - first_example_[c], out, i);
     }
   }
 
@@ -784,7 +875,41 @@ class ctr_files final : public example_source {
     std::size_t file = 0;
     std::uint64_t offset = 0, rows = 0, checksum = 0;
     std::size_t dense = 0, keys = 0, bytes = 0;  // its parts' offsets, its size
+    std::uint64_t first_line = 0;                // streamed TSV: its first line (0-based)
   };
+  /// Streamed TSV: the reading rules, what opening found, and the chunks gather parsed last
+  /// (evaluation gathers a chunk's examples over many calls).
+  struct tsv_state {
+    explicit tsv_state(const criteo_options& o) : options(o), hashing(o.table_rows, o.hash_seed) {}
+    criteo_options options;
+    criteo_hashing hashing;
+    criteo_summary summary;
+    std::mutex recent_mutex;
+    std::deque<std::pair<std::size_t, std::shared_ptr<const detail::criteo_chunk>>> recent;
+  };
+  /// Streamed TSV chunk c for gather: from the few parsed last, else parsed now (outside the
+  /// lock; concurrent callers may parse the same chunk twice, never wait on a parse).
+  std::shared_ptr<const detail::criteo_chunk> recent_chunk(std::size_t c) const {
+    {
+      std::lock_guard lock(tsv_->recent_mutex);
+      for (const auto& [id, chunk] : tsv_->recent)
+        if (id == c) return chunk;
+    }
+    auto fresh = std::make_shared<detail::criteo_chunk>();
+    parse_into(maps_, c, *fresh);
+    std::lock_guard lock(tsv_->recent_mutex);
+    tsv_->recent.emplace_front(c, fresh);
+    if (tsv_->recent.size() > 4) tsv_->recent.pop_back();
+    return fresh;
+  }
+  static void copy_row(const detail::criteo_chunk& p, std::size_t row, ctr_batch& out,
+                       std::size_t at) noexcept {
+    out.labels[at] = p.labels[row];
+    std::memcpy(out.dense.row(at).data(), p.dense.data() + row * criteo_dense_columns,
+                criteo_dense_columns * sizeof(float));
+    std::memcpy(out.keys.row(at).data(), p.keys.data() + row * criteo_sparse_columns,
+                criteo_sparse_columns * sizeof(std::uint64_t));
+  }
 
   [[noreturn]] static void corrupt(const std::filesystem::path& p, std::string_view what) {
     fail(errc::corrupt_data,
@@ -872,20 +997,143 @@ class ctr_files final : public example_source {
     key_bytes_ = schema_.key_bytes();
     files_.push_back({path, bytes.size()});
     map.release(0, bytes.size());  // the header and table were read once; chunks come later
-    maps_.push_back(std::move(map));
+    maps_.files.push_back(std::move(map));
   }
 
-  /// Mappings of the files, one per file: the source's own (gather, verify) or a loader's.
-  using mappings = std::vector<mapped_file>;
+  /// Indexes TSV file `path` into chunks of `chunk_lines` lines and checks every line.
+  void open_tsv(const std::filesystem::path& path, std::size_t chunk_lines) {
+    mapped_file map(path, "give a Criteo TSV file (or a converted .ctrb file or folder)");
+    const auto bytes = map.bytes();
+    const char* text = reinterpret_cast<const char*>(bytes.data());
+    const std::size_t size = bytes.size();
+    // Chunk k starts after newline number k·L (1-based): newlines counted per 64 MiB segment
+    // in parallel, then each segment records the chunk starts inside it.
+    constexpr std::size_t segment = std::size_t{64} << 20;
+    const std::size_t segments = (size + segment - 1) / segment;
+    std::vector<std::uint64_t> before(segments + 1, 0);  // newlines before each segment
+    tbb::parallel_for(std::size_t{0}, segments, [&](std::size_t g) {
+      const char* p = text + g * segment;
+      before[g + 1] = static_cast<std::uint64_t>(
+          std::count(p, p + std::min(segment, size - g * segment), '\n'));
+    });
+    for (std::size_t g = 0; g < segments; ++g)
+      before[g + 1] += before[g];
+    std::vector<std::vector<std::uint64_t>> starts(segments);
+    tbb::parallel_for(std::size_t{0}, segments, [&](std::size_t g) {
+      std::uint64_t newline = before[g];
+      const char* p = text + g * segment;
+      const char* end = text + std::min(size, (g + 1) * segment);
+      while (p < end) {
+        const void* hit = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
+        if (hit == nullptr) break;
+        p = static_cast<const char*>(hit) + 1;
+        if (++newline % chunk_lines == 0 && p < text + size)
+          starts[g].push_back(static_cast<std::uint64_t>(p - text));
+      }
+    });
+    const std::uint64_t lines = before[segments] + (size > 0 && text[size - 1] != '\n' ? 1 : 0);
+    std::vector<std::uint64_t> bounds;
+    if (size > 0) bounds.push_back(0);
+    for (const auto& st : starts)
+      bounds.insert(bounds.end(), st.begin(), st.end());
+    bounds.push_back(size);
+    // Every chunk parsed once: its good lines, and the bad ones (a stop, or counted).
+    const std::size_t count = bounds.size() - 1;
+    struct found {
+      std::uint64_t rows = 0, lines = 0;
+      std::vector<detail::parsed_block::bad> bad;
+    };
+    std::vector<found> per_chunk(count);
+    const auto& state = *tsv_;
+    tbb::parallel_for(std::size_t{0}, count, [&](std::size_t k) {
+      detail::parsed_block block;
+      detail::parse_lines(std::string_view(text + bounds[k], bounds[k + 1] - bounds[k]),
+                          state.options, state.hashing, block);
+      per_chunk[k] = {block.rows.size(), block.lines, std::move(block.bad_lines)};
+    });
+    auto& summary = tsv_->summary;
+    const std::size_t index = files_.size();
+    std::uint64_t seen = 0, line = 0;
+    for (std::size_t k = 0; k < count; ++k) {
+      for (const auto& b : per_chunk[k].bad) {
+        const std::string where = cat(path.string(), ":", line + b.line + 1, ": ");
+        if (!state.options.skip_bad_lines)
+          fail(errc::corrupt_data,
+               cat(where, b.why, " (", to_string(b.kind),
+                   "); fix the file or skip bad lines (ctr_train --skip-bad-lines, "
+                   "criteo_options::skip_bad_lines)"));
+        ++summary.lines_skipped;
+        ++summary.skipped_by_kind[static_cast<std::size_t>(b.kind)];
+        if (summary.first_reasons.size() < state.options.max_reasons)
+          summary.first_reasons.push_back(where + b.why);
+      }
+      const std::uint64_t first_line = line;
+      line += per_chunk[k].lines;
+      if (per_chunk[k].rows == 0) continue;  // every line of it skipped
+      chunk c;
+      c.file = index;
+      c.offset = bounds[k];
+      c.rows = per_chunk[k].rows;
+      c.bytes = static_cast<std::size_t>(bounds[k + 1] - bounds[k]);
+      c.first_line = first_line;
+      first_example_.push_back(examples_ + seen);
+      seen += c.rows;
+      chunks_.push_back(c);
+    }
+    if (line != lines)
+      fail(errc::internal,
+           cat("ctr_files: '", path.string(), "' holds ", lines, " lines but its chunks ", line));
+    summary.lines_read += lines;
+    summary.examples += seen;
+    examples_ += static_cast<std::size_t>(seen);
+    files_.push_back({path, size});
+    map.release(0, size);  // read once; chunks come back when a loader takes them
+    maps_.files.push_back(std::move(map));
+  }
+
+  /// Mappings of the files, one per file: the source's own (gather, verify) or a loader's;
+  /// for streamed TSV also the chunks parsed so far (a loader's own: one thread uses it).
+  struct mappings {
+    std::vector<mapped_file> files;
+    mutable std::unordered_map<std::size_t, detail::criteo_chunk> parsed;
+    [[nodiscard]] const mapped_file& operator[](std::size_t f) const noexcept { return files[f]; }
+    [[nodiscard]] std::size_t size() const noexcept { return files.size(); }
+  };
   [[nodiscard]] mappings map_files() const {
     mappings maps;
     for (const auto& f : files_)
-      maps.emplace_back(f.path, "a converted file disappeared while training");
+      maps.files.emplace_back(f.path, tsv_ ? "a TSV file disappeared while training"
+                                           : "a converted file disappeared while training");
     return maps;
+  }
+  /// Streamed TSV chunk c, parsed (into `maps`' cache the first time).
+  const detail::criteo_chunk& parsed(const mappings& maps, std::size_t c) const {
+    if (const auto it = maps.parsed.find(c); it != maps.parsed.end()) return it->second;
+    detail::criteo_chunk fresh;
+    parse_into(maps, c, fresh);
+    return maps.parsed.emplace(c, std::move(fresh)).first->second;
+  }
+  /// Parses streamed TSV chunk c into `into`; a chunk that no longer parses to the rows it had
+  /// when opened (the file changed) raises `errc::corrupt_data`.
+  void parse_into(const mappings& maps, std::size_t c, detail::criteo_chunk& into) const {
+    const auto& k = chunks_[c];
+    const auto bytes = maps[k.file].bytes().subspan(k.offset, k.bytes);
+    detail::parsed_block block;
+    block.rows.dense.reserve(k.rows * criteo_dense_columns);
+    block.rows.keys.reserve(k.rows * criteo_sparse_columns);
+    block.rows.labels.reserve(k.rows);
+    detail::parse_lines(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                        tsv_->options, tsv_->hashing, block);
+    if (block.rows.size() != k.rows || (!tsv_->options.skip_bad_lines && !block.bad_lines.empty()))
+      fail(errc::corrupt_data,
+           cat("'", files_[k.file].path.string(), "': lines ", k.first_line + 1, "..",
+               k.first_line + block.lines, " now hold ", block.rows.size(), " good lines, not ",
+               k.rows, ": the file changed while training; restart the run"));
+    into = std::move(block.rows);
   }
   /// A chunk's extent in its file: its bytes and its padding up to the next chunk.
   [[nodiscard]] std::size_t extent(std::size_t c) const noexcept {
-    return detail::round_up(chunks_[c].bytes, detail::ctrb_alignment);
+    return tsv_ ? chunks_[c].bytes : detail::round_up(chunks_[c].bytes, detail::ctrb_alignment);
   }
   [[nodiscard]] std::span<const std::byte> chunk_bytes(const mappings& maps,
                                                        std::size_t c) const noexcept {
@@ -893,6 +1141,10 @@ class ctr_files final : public example_source {
     return maps[k.file].bytes().subspan(k.offset, k.bytes);
   }
   void check_chunk(const mappings& maps, std::size_t c) const {
+    if (tsv_) {
+      (void)parsed(maps, c);
+      return;
+    }
     if (fast_checksum(chunk_bytes(maps, c)) != chunks_[c].checksum)
       fail(errc::corrupt_data,
            cat("'", files_[chunks_[c].file].path.string(), "': chunk at byte ", chunks_[c].offset,
@@ -901,13 +1153,34 @@ class ctr_files final : public example_source {
   }
   void release_chunk(const mappings& maps, std::size_t c) const noexcept {
     maps[chunks_[c].file].release(chunks_[c].offset, extent(c));
+    maps.parsed.erase(c);
+  }
+  /// Takes chunks `cs` in for reading: checks each (streamed TSV: parses them, in parallel).
+  void take_chunks(const mappings& maps, std::span<const std::size_t> cs) const {
+    if (!tsv_) {
+      for (const auto c : cs)
+        check_chunk(maps, c);
+      return;
+    }
+    std::vector<std::size_t> missing;
+    for (const auto c : cs)
+      if (!maps.parsed.contains(c)) missing.push_back(c);
+    std::vector<detail::criteo_chunk> fresh(missing.size());
+    tbb::parallel_for(std::size_t{0}, missing.size(),
+                      [&](std::size_t i) { parse_into(maps, missing[i], fresh[i]); });
+    for (std::size_t i = 0; i < missing.size(); ++i)
+      maps.parsed.emplace(missing[i], std::move(fresh[i]));
   }
   void prefetch_chunk(const mappings& maps, std::size_t c) const noexcept {
     maps[chunks_[c].file].will_need(chunks_[c].offset, chunks_[c].bytes);
   }
   /// Example `row` of chunk `c` into row `at` of `out` (already shaped).
   void read_example(const mappings& maps, std::size_t c, std::size_t row, ctr_batch& out,
-                    std::size_t at) const noexcept {
+                    std::size_t at) const {
+    if (tsv_) {
+      copy_row(parsed(maps, c), row, out, at);
+      return;
+    }
     const auto& k = chunks_[c];
     const std::byte* base = maps[k.file].bytes().data() + k.offset;
     out.labels[at] = static_cast<float>(static_cast<std::uint8_t>(base[row]));
@@ -1064,8 +1337,9 @@ class ctr_files final : public example_source {
     };
 
     void start_epoch(std::size_t epoch) {
-      for (const auto& m : maps_)
+      for (const auto& m : maps_.files)
         m.release(0, m.size());
+      maps_.parsed.clear();
       epoch_ = epoch;
       std::vector<std::size_t> order(files_.chunks_.size());
       std::iota(order.begin(), order.end(), std::size_t{0});
@@ -1121,8 +1395,8 @@ class ctr_files final : public example_source {
       // the kernel mapped around faulting ones included.
       release_all_but_held();
       if (w >= s.touched_upto) {
-        for (std::size_t k = first_chunk; k < end_chunk; ++k)
-          files_.check_chunk(maps_, s.chunks[k]);
+        files_.take_chunks(maps_,
+                           std::span(s.chunks).subspan(first_chunk, end_chunk - first_chunk));
         s.touched_upto = w + 1;
         for (std::size_t k = end_chunk; k < std::min(s.chunks.size(), end_chunk + window_chunks_);
              ++k)
@@ -1151,6 +1425,9 @@ class ctr_files final : public example_source {
             held.push_back(s.chunks[k]);
         }
       std::sort(held.begin(), held.end());
+      std::erase_if(maps_.parsed, [&](const auto& entry) {  // streamed TSV: parsed chunks too
+        return !std::binary_search(held.begin(), held.end(), entry.first);
+      });
       std::vector<std::size_t> from(maps_.size(), 0);  // per file: first byte not yet handled
       for (const auto c : held) {
         const auto& k = files_.chunks_[c];
@@ -1179,6 +1456,7 @@ class ctr_files final : public example_source {
   std::size_t examples_ = 0;
   ctr_file_schema schema_;
   std::size_t key_bytes_ = 4;
+  std::shared_ptr<tsv_state> tsv_;                    // streamed TSV (null: converted files)
   std::vector<std::uint64_t> rows_;                   // table_rows()
   std::shared_ptr<const ctr_vocabulary> vocabulary_;  // null: keys read as stored
   std::filesystem::path vocabulary_file_;

@@ -77,9 +77,12 @@ struct field_reader {
 
 inline constexpr std::array<char, 8> ctrv_magic = {'S', 'T', 'R', 'A', 'T', 'A', 'C', 'V'};
 inline constexpr std::uint32_t ctrv_version = 1;
-/// Tables of at most this many hashed rows are counted and mapped through a dense array
-/// (4 bytes per hashed row); larger ones through a key_index of their keys.
+/// Tables of at most this many hashed rows are counted through a dense array (4 bytes per
+/// hashed row); larger ones through a key_index of their keys. A vocabulary maps through a
+/// dense array where that costs at most `dense_map_per_key` hashed rows per kept key (so the
+/// memory a vocabulary file asks for stays within 1 KiB per key it holds), else a key_index.
 inline constexpr std::uint64_t dense_map_rows = std::uint64_t{1} << 26;
+inline constexpr std::uint64_t dense_map_per_key = 256;
 
 }  // namespace detail
 
@@ -149,8 +152,9 @@ class ctr_key_counts {
 };
 
 /// One folder's frequency thresholding: per table the frequent keys (ascending) and how a key
-/// maps to a row. `map` is O(1) (a dense array for tables of ≤ 2^26 hashed rows, a key_index
-/// above). Value type; const members are safe from many threads at once.
+/// maps to a row. `map` is O(1): a dense array (one load) for tables of ≤ 2^26 hashed rows
+/// keeping at least one key per 256 hashed rows, a key_index (one probe) otherwise. Value type;
+/// const members are safe from many threads at once.
 class ctr_vocabulary {
  public:
   /// What a vocabulary was counted from, besides its keys.
@@ -222,7 +226,7 @@ class ctr_vocabulary {
     std::vector<std::vector<std::uint64_t>> keys(tables);
     for (std::uint32_t f = 0; f < tables; ++f) {
       keys[f].resize(sizes[f]);
-      std::memcpy(keys[f].data(), bytes.data() + r.at, sizes[f] * 8);
+      if (sizes[f] > 0) std::memcpy(keys[f].data(), bytes.data() + r.at, sizes[f] * 8);
       r.at += sizes[f] * 8;
       for (std::size_t i = 0; i < keys[f].size(); ++i)
         if (keys[f][i] >= rows[f] || (i > 0 && keys[f][i] <= keys[f][i - 1]))
@@ -341,7 +345,8 @@ class ctr_vocabulary {
       t.hash_rows = rows[f];
       t.keys = std::move(keys[f]);
       const auto rare = static_cast<std::uint32_t>(t.keys.size());
-      if (t.hash_rows <= detail::dense_map_rows) {
+      if (t.hash_rows <= detail::dense_map_rows &&
+          t.hash_rows <= detail::dense_map_per_key * (t.keys.size() + 1)) {
         t.dense.assign(t.hash_rows, rare);
         for (std::size_t i = 0; i < t.keys.size(); ++i)
           t.dense[t.keys[i]] = static_cast<std::uint32_t>(i);
