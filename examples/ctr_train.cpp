@@ -682,6 +682,43 @@ void adopt_file_hashing(flags& f) {
   f.hash_seed = files.schema().hash_seed;
 }
 
+/// Checkpoints of a run that reads its data through a vocabulary keep a copy of it in the
+/// checkpoint directory (`vocabulary.ctrv`): strata_export finds it there, and a resume through
+/// another vocabulary (or none) is refused — its rows would mean other ids.
+void keep_vocabulary_with_checkpoints(const flags& f) {
+  const auto& dir = f.options.checkpoint_dir;
+  if (dir.empty()) return;
+  const auto kept = dir / std::string(data::ctr_vocabulary_name);
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(kept, ec);
+  if (f.options.resume) {
+    const auto fingerprint = [](const std::filesystem::path& p) {
+      return data::ctr_vocabulary::load(p).fingerprint();
+    };
+    STRATA_EXPECTS(exists == !f.vocabulary.empty() &&
+                       (!exists || fingerprint(kept) == fingerprint(f.vocabulary)),
+                   "--resume: the checkpoints in ", dir.string(),
+                   exists ? " were trained through the vocabulary kept beside them"
+                          : " were trained without a vocabulary",
+                   f.vocabulary.empty()
+                       ? cat(" but --data ", f.data, " is read without one")
+                       : cat(" but --data ", f.data, " is read through ", f.vocabulary.string()),
+                   ": their rows would mean other ids; resume with the data they were trained on");
+    return;
+  }
+  // A fresh run into a directory holding checkpoints is refused by the trainer: leave it be.
+  if (!f.leader() || !train::checkpoint_directory(dir).steps().empty()) return;
+  if (f.vocabulary.empty()) {
+    if (exists) std::filesystem::remove(kept);  // a fresh run without one
+    return;
+  }
+  std::filesystem::create_directories(dir);
+  auto temp = kept;
+  temp += ".partial";
+  std::filesystem::copy_file(f.vocabulary, temp, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(temp, kept);
+}
+
 datasets load_data(const flags& f) {
   datasets d;
   data::criteo_options reader;
@@ -1325,6 +1362,7 @@ int main(int argc, char** argv) {
       f.options.compute_slowdown[static_cast<std::size_t>(worker)] = factor;
     }
     adopt_file_hashing(f);  // converted --data: the tables' rows from its files
+    keep_vocabulary_with_checkpoints(f);
     // Servers the rows spread over: --servers, or one shard per worker when co-located.
     const int table_servers = f.options.servers > 0 ? f.options.servers : f.options.workers;
     if (f.leader()) report_table_memory(f, table_servers);

@@ -25,6 +25,7 @@
 
 #include "strata/core/cli.hpp"
 #include "strata/data/criteo.hpp"
+#include "strata/data/ctr_vocabulary.hpp"
 #include "strata/models/dlrm.hpp"
 #include "strata/models/wide_deep.hpp"
 #include "strata/serve.hpp"
@@ -72,7 +73,8 @@ struct flags {
       "                                ctr_train hashes its data)\n"
       "  --vocabulary FILE             the vocabulary.ctrv the run's converted data was read\n"
       "                                through (strata_convert --min-count): copied into the\n"
-      "                                bundle so raw lines map to rows as in training\n"
+      "                                bundle so raw lines map to rows as in training (default:\n"
+      "                                the one ctr_train keeps beside its checkpoints)\n"
       "  --overwrite                   replace an existing BUNDLE_DIR (and ONNX files)\n");
   std::exit(code);
 }
@@ -233,6 +235,22 @@ void run(const flags& f, const typename Model::config& config) {
   options.rows = f.rows;
   options.hash_seed = f.hash_seed;
   options.vocabulary = f.vocabulary;
+  // ctr_train keeps the vocabulary its data was read through beside its checkpoints.
+  for (const auto& dir : {f.checkpoint, f.checkpoint.parent_path()}) {
+    const auto kept = dir / std::string(data::ctr_vocabulary_name);
+    if (dir.empty() || !std::filesystem::exists(kept)) continue;
+    if (!options.vocabulary) {
+      options.vocabulary = kept;
+      std::printf("vocabulary: %s (kept with the checkpoints)\n", kept.string().c_str());
+    } else if (data::ctr_vocabulary::load(*options.vocabulary).fingerprint() !=
+               data::ctr_vocabulary::load(kept).fingerprint()) {
+      fail(errc::invalid_argument,
+           cat("--vocabulary ", options.vocabulary->string(),
+               " is not the vocabulary the checkpoints were trained through (", kept.string(),
+               "); drop --vocabulary"));
+    }
+    break;
+  }
   options.overwrite = f.overwrite;
   const auto r = serve::export_checkpoint<Model>(f.checkpoint, config, f.bundle, options);
   std::printf(

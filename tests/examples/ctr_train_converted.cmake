@@ -108,7 +108,7 @@ if(NOT v_allreduce MATCHES "frequency-threshold vocabulary" OR
   message(FATAL_ERROR "thresholded data was not read through its vocabulary:\n${v_allreduce}")
 endif()
 string(REGEX MATCH "eval +auc ([0-9.]+)" _ "${v_allreduce}")
-if(CMAKE_MATCH_1 LESS 0.6)
+if(CMAKE_MATCH_1 STREQUAL "" OR CMAKE_MATCH_1 LESS 0.6)
   message(FATAL_ERROR "thresholded data did not learn (eval AUC ${CMAKE_MATCH_1}):\n${v_allreduce}")
 endif()
 file(READ "${WORK}/vbundle-ps/manifest.txt" manifest)
@@ -116,6 +116,30 @@ if(NOT EXISTS "${WORK}/vbundle-ps/vocabulary.ctrv" OR NOT manifest MATCHES "hash
   message(FATAL_ERROR "the bundle does not carry the vocabulary:\n${manifest}")
 endif()
 message(STATUS "thresholded: allreduce = ps: ${v_ps_sum}")
+
+# The checkpoints keep the vocabulary beside them: strata_export finds it (its bundle answers
+# the raw eval day with the trainer's AUC), and a resume without it is refused.
+run(0 v_ck "${CTR_TRAIN}" ${vcommon} --strategy ps --workers 2 --servers 1 --max-steps 40
+    --checkpoint-dir "${WORK}/vck" --checkpoint-every 40)
+if(NOT EXISTS "${WORK}/vck/vocabulary.ctrv")
+  message(FATAL_ERROR "the checkpoint directory does not keep the vocabulary")
+endif()
+string(REGEX MATCH "eval @ step 40: auc ([0-9.]+)" _ "${v_ck}")
+set(trained_auc "${CMAKE_MATCH_1}")
+run(0 v_exported "${STRATA_EXPORT}" "${WORK}/vck" "${WORK}/vbundle-ck" --eval
+    "${WORK}/tsv/day_2.tsv")
+string(REGEX MATCH "AUC fp32 ([0-9.]+)" _ "${v_exported}")
+set(exported_auc "${CMAKE_MATCH_1}")  # before if(MATCHES) resets CMAKE_MATCH_1
+if(NOT v_exported MATCHES "kept with the checkpoints" OR trained_auc STREQUAL "" OR
+   NOT exported_auc STREQUAL trained_auc)
+  message(FATAL_ERROR "strata_export did not answer the raw eval day as the trainer "
+                      "(${trained_auc}):\n${v_ck}\n${v_exported}")
+endif()
+run(1 v_refused_resume "${CTR_TRAIN}" ${common} --resume --checkpoint-dir "${WORK}/vck")
+if(NOT v_refused_resume MATCHES "trained through the vocabulary kept beside them")
+  message(FATAL_ERROR "a resume without the vocabulary was not refused:\n${v_refused_resume}")
+endif()
+message(STATUS "exported from the checkpoint: eval AUC ${trained_auc} as trained")
 
 run(1 v_refused_eval "${CTR_TRAIN}" --data "${WORK}/vtrain" --eval-data "${WORK}/eval" --tiny)
 if(NOT v_refused_eval MATCHES "was converted with other hashing.*no vocabulary")
