@@ -14,32 +14,19 @@
 #include "strata/data/synthetic.hpp"
 
 #include "support/catch_error.hpp"
+#include "support/ctr_batches.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace strata;
 using namespace strata::data;
+using strata_test::all_examples;
 using strata_test::catch_error;
 using strata_test::contains;
+using strata_test::flip_byte;
+using strata_test::same_bits;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// Every example of `source`, in index order.
-ctr_batch all_examples(const example_source& source) {
-  std::vector<std::size_t> idx(source.size());
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
-  ctr_batch out;
-  source.gather(idx, out);
-  return out;
-}
-
-bool same_bits(const ctr_batch& a, const ctr_batch& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.dense.flat().data(), b.dense.flat().data(), a.dense.flat().size_bytes()) ==
-             0 &&
-         std::equal(a.keys.flat().begin(), a.keys.flat().end(), b.keys.flat().begin()) &&
-         a.labels == b.labels;
-}
 
 /// A .ctrb file of `n` examples written directly: example i has label i % 2, dense values
 /// i + column / 100 and key (i · 31 + column) % rows — every example is recognisable.
@@ -175,18 +162,9 @@ TEST_CASE("ctr_files: damaged, mixed and missing files are refused", "[data][ctr
     fs::copy_file(good, dir.path / name / "day_0.ctrb");
     return dir.path / name / "day_0.ctrb";
   };
-  const auto poke = [](const fs::path& p, std::size_t at) {
-    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(at));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x10);
-    f.seekp(static_cast<std::streamoff>(at));
-    f.write(&c, 1);
-  };
   SECTION("a flipped byte in a chunk: verify() and a loader name the chunk") {
     const auto p = copy("chunk");
-    poke(p, 4096 + 5000);  // inside the first chunk's dense values
+    flip_byte(p, 4096 + 5000);  // inside the first chunk's dense values
     const ctr_files files(p);
     const auto e = catch_error([&] { files.verify(); });
     CHECK(e.code() == errc::corrupt_data);
@@ -198,7 +176,7 @@ TEST_CASE("ctr_files: damaged, mixed and missing files are refused", "[data][ctr
   }
   SECTION("a flipped header byte") {
     const auto p = copy("header");
-    poke(p, 20);
+    flip_byte(p, 20);
     const auto e = catch_error([&] { ctr_files files(p); });
     CHECK(e.code() == errc::corrupt_data);
     CHECK(contains(e.what(), "header fails its checksum"));

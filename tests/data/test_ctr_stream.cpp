@@ -15,32 +15,20 @@
 #include "strata/data/synthetic.hpp"
 
 #include "support/catch_error.hpp"
+#include "support/ctr_batches.hpp"
 #include "support/skip.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace strata;
 using namespace strata::data;
+using strata_test::all_examples;
 using strata_test::catch_error;
 using strata_test::contains;
+using strata_test::flip_byte;
+using strata_test::same_bits;
 namespace fs = std::filesystem;
 
 namespace {
-
-ctr_batch all_examples(const example_source& source) {
-  std::vector<std::size_t> idx(source.size());
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
-  ctr_batch out;
-  source.gather(idx, out);
-  return out;
-}
-
-bool same_bits(const ctr_batch& a, const ctr_batch& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.dense.flat().data(), b.dense.flat().data(), a.dense.flat().size_bytes()) ==
-             0 &&
-         std::equal(a.keys.flat().begin(), a.keys.flat().end(), b.keys.flat().begin()) &&
-         a.labels == b.labels;
-}
 
 fs::path synthetic_day(const fs::path& path, std::size_t rows, std::uint64_t seed,
                        std::size_t first_row = 0) {

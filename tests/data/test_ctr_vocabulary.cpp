@@ -14,12 +14,15 @@
 #include "strata/data/ctr_vocabulary.hpp"
 
 #include "support/catch_error.hpp"
+#include "support/ctr_batches.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace strata;
 using namespace strata::data;
+using strata_test::all_examples;
 using strata_test::catch_error;
 using strata_test::contains;
+using strata_test::flip_byte;
 namespace fs = std::filesystem;
 
 namespace {
@@ -76,24 +79,6 @@ std::uint64_t naive_row(const std::vector<std::vector<std::uint64_t>>& frequent,
   const auto& f = frequent[c];
   const auto it = std::lower_bound(f.begin(), f.end(), key);
   return it != f.end() && *it == key ? static_cast<std::uint64_t>(it - f.begin()) : f.size();
-}
-
-ctr_batch all_examples(const example_source& source) {
-  std::vector<std::size_t> idx(source.size());
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
-  ctr_batch out;
-  source.gather(idx, out);
-  return out;
-}
-
-void flip_byte(const fs::path& p, std::size_t at) {
-  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x10);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(&c, 1);
 }
 
 }  // namespace

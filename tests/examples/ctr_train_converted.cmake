@@ -135,6 +135,13 @@ if(NOT v_exported MATCHES "kept with the checkpoints" OR trained_auc STREQUAL ""
   message(FATAL_ERROR "strata_export did not answer the raw eval day as the trainer "
                       "(${trained_auc}):\n${v_ck}\n${v_exported}")
 endif()
+run(0 v_other "${STRATA_CONVERT}" --out "${WORK}/vdiff" --table-rows 4000 --min-count 5
+    "${WORK}/tsv/day_0.tsv")
+run(1 v_refused_export "${STRATA_EXPORT}" "${WORK}/vck" "${WORK}/vbundle-diff" --vocabulary
+    "${WORK}/vdiff/vocabulary.ctrv")
+if(NOT v_refused_export MATCHES "is not the vocabulary the checkpoints were trained through")
+  message(FATAL_ERROR "strata_export with another vocabulary was not refused:\n${v_refused_export}")
+endif()
 run(1 v_refused_resume "${CTR_TRAIN}" ${common} --resume --checkpoint-dir "${WORK}/vck")
 if(NOT v_refused_resume MATCHES "trained through the vocabulary kept beside them")
   message(FATAL_ERROR "a resume without the vocabulary was not refused:\n${v_refused_resume}")

@@ -288,6 +288,20 @@ bytes without_checksum(bytes b) {
   return b;
 }
 
+/// A file target's four seeds from one valid file: `<prefix>valid` as written (settings byte
+/// 0), `checksum-appended` without its checksum for the target to append (1), `truncated` to
+/// half (0) and `bad-version` with byte 8 (the version after an 8-byte magic) set to 2 (1).
+void emit_file_seeds(const std::string& target, const std::string& prefix, const bytes& file) {
+  emit(target, prefix + "valid", bytes{0} + file);
+  emit(target, prefix + "checksum-appended", bytes{1} + without_checksum(file));
+  bytes truncated = file;
+  truncated.resize(truncated.size() / 2);
+  emit(target, prefix + "truncated", bytes{0} + truncated);
+  bytes version = file;
+  version[8] = 2;
+  emit(target, prefix + "bad-version", bytes{1} + without_checksum(version));
+}
+
 void checkpoint(const fs::path& scratch) {
   // settings: bit 0 append checksum, bits 1-2 reader (0-1 sections, 2 meta, 3 rows + shape)
   train::checkpoint_writer w;
@@ -296,15 +310,7 @@ void checkpoint(const fs::path& scratch) {
   w.add_values<float>("dense", dense);
   w.add("empty", {});
   w.commit(scratch / "plain.ckpt");
-  const bytes plain = read_all(scratch / "plain.ckpt");
-  emit("checkpoint", "sections-valid", bytes{0} + plain);
-  emit("checkpoint", "sections-checksum-appended", bytes{1} + without_checksum(plain));
-  bytes truncated = plain;
-  truncated.resize(truncated.size() / 2);
-  emit("checkpoint", "sections-truncated", bytes{0} + truncated);
-  bytes version = plain;
-  version[8] = 2;
-  emit("checkpoint", "sections-bad-version", bytes{1} + without_checksum(version));
+  emit_file_seeds("checkpoint", "sections-", read_all(scratch / "plain.ckpt"));
 
   train::checkpoint_meta meta;
   meta.step = 100;
@@ -350,15 +356,7 @@ void vocabulary(const fs::path& scratch) {
                                         .examples = 400,
                                         .counted_files = {"day_0.ctrb", "day_1.ctrb"}});
   v.save(scratch / "v.ctrv");
-  const bytes valid = read_all(scratch / "v.ctrv");
-  emit("vocabulary", "valid", bytes{0} + valid);
-  emit("vocabulary", "checksum-appended", bytes{1} + without_checksum(valid));
-  bytes truncated = valid;
-  truncated.resize(truncated.size() / 2);
-  emit("vocabulary", "truncated", bytes{0} + truncated);
-  bytes version = valid;
-  version[8] = 2;
-  emit("vocabulary", "bad-version", bytes{1} + without_checksum(version));
+  emit_file_seeds("vocabulary", "", read_all(scratch / "v.ctrv"));
   // A header asking for 4096 tables of 2^26 hashed rows and no key: must not allocate them.
   bytes lying = text("STRATACV") + raw(std::uint32_t{1}) + raw(std::uint32_t{4096}) +
                 raw(std::uint64_t{1}) + raw(std::uint64_t{0}) + raw(std::uint64_t{0}) +
