@@ -16,6 +16,7 @@
 #include "strata/embedding/sharded.hpp"
 #include "strata/models/dlrm.hpp"
 #include "strata/optim/adagrad.hpp"
+#include "strata/train/run_traces.hpp"
 #include "strata/train/trainer.hpp"
 #include "support/ctr_fixtures.hpp"
 #include "support/json.hpp"
@@ -102,6 +103,47 @@ TEST_CASE("write_trace writes the trace event format: tracks, spans, counters, e
   }
   CHECK_THROWS_WITH(write_trace(tmp.path / "missing" / "t.json", tracks),
                     Catch::Contains("cannot write"));
+}
+
+TEST_CASE("run_traces: off without a file, a track per rank, a file per process rank",
+          "[train][trace]") {
+  const strata_test::temp_dir tmp("run_traces");
+  const train::run_traces off({}, 2);
+  CHECK_FALSE(off.on());
+  CHECK(off.at(1) == nullptr);
+  bool ran = false;
+  off.span(1, "eval", [&] { ran = true; });  // runs the work, records nothing
+  CHECK(ran);
+  off.check_writable(0);
+  off.write_all();  // writes nothing
+  CHECK(std::filesystem::is_empty(tmp.path));
+
+  train::run_traces traces(tmp.path / "run.json", 3);
+  CHECK(traces.on());
+  CHECK(traces.path(-1) == tmp.path / "run.json");
+  CHECK(traces.path(2) == tmp.path / "run.rank2.json");
+  REQUIRE(traces.start(0, "worker 0") != nullptr);
+  REQUIRE(traces.start(2, "server 0/1") != nullptr);
+  CHECK(traces.at(1) == nullptr);  // not started: its spans are not recorded
+  traces.span(0, "checkpoint", [] {});
+  traces.span(1, "eval", [] {});
+  REQUIRE(traces.at(0)->events().size() == 1);
+  CHECK(std::string(traces.at(0)->events()[0].name) == "checkpoint");
+  traces.write_all();
+  traces.write_rank(2);
+  std::map<std::string, int> names;
+  const json whole = read_json(tmp.path / "run.json");
+  for (const auto& e : whole.find("traceEvents")->items)
+    ++names[e.find("name")->text];
+  CHECK(names["thread_name"] == 2);
+  CHECK(names["checkpoint"] == 1);
+  CHECK(names["eval"] == 0);
+  const json rank2 = read_json(tmp.path / "run.rank2.json");
+  CHECK(rank2.find("traceEvents")->items.size() == 2);  // process and thread names
+
+  const train::run_traces nowhere(tmp.path / "missing" / "run.json", 1);
+  CHECK_THROWS_WITH(nowhere.check_writable(0), Catch::Contains("cannot write the trace file"));
+  CHECK_THROWS_WITH(nowhere.check_writable(0), Catch::Contains("run.rank0.json"));
 }
 
 TEST_CASE(
