@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <span>
 #include <vector>
 
 #include "ps/harness.hpp"
@@ -155,26 +157,46 @@ struct regression {
   }
 };
 
+/// Largest |row − truth| over all keys once every worker's pushes are applied: read from the
+/// servers after they served (under async, worker 0 may finish while the others still push,
+/// so a pull at worker 0's end would measure an arbitrary point of the run). With no steps no
+/// row exists on the servers yet, so worker 0 pulls the initial rows instead.
 template <class Cons>
 double regression_error(int workers, int steps, std::vector<double> delays = {}) {
   const ps::shard_map map(ps::layout::dedicated(workers, 2),
                           {{"w", regression::keys, regression::dim}});
   if (!delays.empty()) delays.resize(static_cast<std::size_t>(workers + 2), 0.0);
   comm::thread_world world(workers + 2, {.timeout_seconds = 20, .send_delay_seconds = delays});
+  std::mutex mutex;
   double err = 0;
-  run_job<Cons>(world, map, optim::sgd{.lr = 0.1f}, [&](auto& c, int w) {
-    for (int t = 0; t < steps; ++t)
-      regression::step(c, w, t);
-    if (w != 0) return;
-    std::vector<std::uint64_t> all(regression::keys);
-    for (std::size_t k = 0; k < all.size(); ++k)
-      all[k] = k;
-    matrix<float> rows(all.size(), regression::dim);
-    c.pull(0, all, rows);
-    for (std::size_t k = 0; k < all.size(); ++k)
-      for (std::size_t j = 0; j < regression::dim; ++j)
-        err = std::max(err, std::abs(double(rows(k, j)) - regression::truth(k, j)));
-  });
+  std::size_t rows_seen = 0;
+  auto record = [&](std::uint64_t key, std::span<const float> row) {
+    std::lock_guard lock(mutex);
+    ++rows_seen;
+    for (std::size_t j = 0; j < regression::dim; ++j)
+      err = std::max(err, std::abs(double(row[j]) - regression::truth(key, j)));
+  };
+  run_job<Cons>(
+      world, map, optim::sgd{.lr = 0.1f},
+      [&](auto& c, int w) {
+        for (int t = 0; t < steps; ++t)
+          regression::step(c, w, t);
+        if (w != 0 || steps > 0) return;
+        std::vector<std::uint64_t> all(regression::keys);
+        for (std::size_t k = 0; k < all.size(); ++k)
+          all[k] = k;
+        matrix<float> rows(all.size(), regression::dim);
+        c.pull(0, all, rows);
+        for (std::size_t k = 0; k < all.size(); ++k)
+          record(k, {&rows(k, 0), regression::dim});
+      },
+      {}, {},
+      [&](const auto& server) {
+        if (steps == 0) return;
+        server.for_each_row([&](std::size_t, std::uint64_t key, std::span<const float> row,
+                                std::span<const float>) { record(key, row); });
+      });
+  REQUIRE(rows_seen == regression::keys);
   return err;
 }
 
