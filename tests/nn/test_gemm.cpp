@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -45,9 +46,13 @@ TEST_CASE("gemm equals a float64 product on every engine, transposes, strides an
   const bool ta = GENERATE(false, true);
   const bool tb = GENERATE(false, true);
   const float beta = GENERATE(0.0f, 1.0f);
-  // k = 300 spans several of the libraries' k-blocks; strides leave columns unused.
-  const std::size_t m = 37, n = 21, k = 300, pad = 3;
-  INFO(nn::to_string(engine) << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+  // k = 300 spans several of the libraries' k-blocks; strides leave columns unused. One-row
+  // and one-column products take CBLAS's matrix-vector path.
+  const auto [m, n] =
+      GENERATE(table<std::size_t, std::size_t>({{37, 21}, {1, 21}, {37, 1}, {1, 1}}));
+  const std::size_t k = 300, pad = 3;
+  INFO(nn::to_string(engine) << " m=" << m << " n=" << n << " ta=" << ta << " tb=" << tb
+                             << " beta=" << beta);
   const std::size_t a_rows = ta ? k : m, a_cols = ta ? m : k;
   const std::size_t b_rows = tb ? n : k, b_cols = tb ? k : n;
   const auto a_values = random_values(a_rows * (a_cols + pad), 1);
@@ -69,6 +74,20 @@ TEST_CASE("gemm equals a float64 product on every engine, transposes, strides an
     for (std::size_t j = n; j < n + pad; ++j)  // the stride's padding is never written
       REQUIRE(c_values[i * (n + pad) + j] == c_before[i * (n + pad) + j]);
   }
+}
+
+TEST_CASE("gemm with beta 0 overwrites NaN in c, matrix and vector shapes", "[nn][gemm]") {
+  const auto engine = GENERATE(from_range(built_gemm_engines()));
+  const auto [m, n] = GENERATE(table<std::size_t, std::size_t>({{5, 4}, {1, 4}, {5, 1}}));
+  INFO(nn::to_string(engine) << " m=" << m << " n=" << n);
+  const std::size_t k = 3;
+  const auto a_values = random_values(m * k, 4);
+  const auto b_values = random_values(k * n, 5);
+  std::vector<float> c_values(m * n, std::numeric_limits<float>::quiet_NaN());
+  nn::detail::gemm(engine, {a_values.data(), m, k}, false, {b_values.data(), k, n}, false, 0.0f,
+                   {c_values.data(), m, n});
+  for (const float v : c_values)
+    REQUIRE(std::isfinite(v));
 }
 
 TEST_CASE("gemm with an empty inner dimension writes zeros or keeps c", "[nn][gemm]") {

@@ -14,9 +14,10 @@
 /// Measured (bench_dlrm, docs/benchmarks.md): alone, both libraries beat Eigen by 1.2–1.6× per
 /// product on DLRM's shapes; on the whole DLRM step CBLAS (OpenBLAS) is the fastest where
 /// OpenBLAS knows the CPU, and the default then (`default_gemm_engine()`, which falls back to
-/// oneDNN when OpenBLAS runs a kernel older than the CPU). The CBLAS engine is only as fast as
-/// the library behind libblas.so.3: Debian's reference BLAS (without libopenblas0-pthread) is
-/// far slower.
+/// oneDNN when OpenBLAS runs a kernel older than the CPU). One-row and one-column products
+/// (a predictor's batch 1, a layer with one output) go to CBLAS's sgemv instead of its sgemm.
+/// The CBLAS engine is only as fast as the library behind libblas.so.3: Debian's reference BLAS
+/// (without libopenblas0-pthread) is far slower.
 #pragma once
 
 #include <Eigen/Core>
@@ -51,6 +52,46 @@ inline void cblas_single_threaded() {
     return true;
   }();
   (void)done;
+}
+
+/// c ← op(a)·op(b) + beta·c when c is one row or one column, as a matrix-vector product
+/// (cblas_sgemv). OpenBLAS's sgemm packs both operands on every call, which a one-row product
+/// cannot amortise: at batch 1 that made the DLRM predictor 5× slower than Eigen. Which kernel
+/// runs depends only on the product's shape, so results stay independent of the thread count.
+inline void cblas_vector_product(matrix_view<const float> a, bool transpose_a,
+                                 matrix_view<const float> b, bool transpose_b, float beta,
+                                 matrix_view<float> c) {
+  const auto leading = [](const auto& view) {
+    return static_cast<int>(std::max({view.stride(), view.cols(), std::size_t{1}}));
+  };
+  // Distance between consecutive elements of a view that is one row or one column.
+  const auto step = [&](const auto& view, bool along_column) {
+    return along_column ? leading(view) : 1;
+  };
+  const int m = static_cast<int>(c.rows());
+  const int n = static_cast<int>(c.cols());
+  // With beta = 0 BLAS may still scale c's old contents by 0 (NaN · 0 is NaN in some
+  // OpenBLAS versions): start from zeros, as the other engines do.
+  if (beta == 0.0f) as_eigen(c).setZero();
+  if (m == 1) {
+    // cᵀ = op(b)ᵀ · op(a)ᵀ: op(a) is a 1 × k row (a k × 1 column of a when transposed).
+    const int x_step = step(a, transpose_a);
+    if (transpose_b)  // b is n × k
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, static_cast<int>(b.cols()), 1.0f, b.data(),
+                  leading(b), a.data(), x_step, beta, c.data(), 1);
+    else  // b is k × n
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(b.rows()), n, 1.0f, b.data(),
+                  leading(b), a.data(), x_step, beta, c.data(), 1);
+    return;
+  }
+  // n == 1: c = op(a) · v, v = op(b) as a k-vector (a 1 × k row of b when transposed).
+  const int v_step = step(b, !transpose_b);
+  if (transpose_a)  // a is k × m
+    cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(a.rows()), m, 1.0f, a.data(),
+                leading(a), b.data(), v_step, beta, c.data(), leading(c));
+  else  // a is m × k
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, m, static_cast<int>(a.cols()), 1.0f, a.data(),
+                leading(a), b.data(), v_step, beta, c.data(), leading(c));
 }
 #endif
 
@@ -90,6 +131,10 @@ inline void gemm(gemm_engine engine, matrix_view<const float> a, bool transpose_
         fail(errc::invalid_argument,
              cat("nn::gemm: ", m, " x ", k, " x ", n,
                  " is beyond CBLAS's 32-bit sizes; use the 'onednn' or 'eigen' engine"));
+      if (m == 1 || n == 1) {
+        cblas_vector_product(a, transpose_a, b, transpose_b, beta, c);
+        return;
+      }
       cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
                   transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                   static_cast<int>(k), 1.0f, a.data(), static_cast<int>(a.stride()), b.data(),
