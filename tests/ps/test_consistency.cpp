@@ -162,11 +162,10 @@ struct regression {
 /// so a pull at worker 0's end would measure an arbitrary point of the run). With no steps no
 /// row exists on the servers yet, so worker 0 pulls the initial rows instead.
 template <class Cons>
-double regression_error(int workers, int steps, std::vector<double> delays = {}) {
+double regression_error(int workers, int steps) {
   const ps::shard_map map(ps::layout::dedicated(workers, 2),
                           {{"w", regression::keys, regression::dim}});
-  if (!delays.empty()) delays.resize(static_cast<std::size_t>(workers + 2), 0.0);
-  comm::thread_world world(workers + 2, {.timeout_seconds = 20, .send_delay_seconds = delays});
+  comm::thread_world world(workers + 2, {.timeout_seconds = 20});
   std::mutex mutex;
   double err = 0;
   std::size_t rows_seen = 0;
