@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/comm.hpp"
+#include "strata/comm/any_transport.hpp"
 #include "strata/core/timer.hpp"
 #include "support/skip.hpp"
 
@@ -584,4 +585,126 @@ TEST_CASE("without polling, ranks sleep and still exchange everything", "[comm][
       }
     });
   }
+}
+
+TEST_CASE("the buffer pool keeps large buffers within its bounds and hands out the best fit",
+          "[comm][thread_world][buffers]") {
+  comm::detail::buffer_pool pool;
+  constexpr std::size_t min = comm::detail::buffer_pool::min_bytes;
+  CHECK(pool.take(min).empty());  // nothing kept yet
+  pool.give(std::vector<std::byte>(min - 1));
+  CHECK(pool.size() == 0);        // too small to keep
+  CHECK(pool.take(100).empty());  // small requests never take a kept buffer
+  pool.give(std::vector<std::byte>(4 * min));
+  pool.give(std::vector<std::byte>(2 * min));
+  pool.give(std::vector<std::byte>(8 * min));
+  CHECK(pool.size() == 3);
+  const auto fit = pool.take(2 * min + 1);  // the smallest that holds it: 4 * min
+  CHECK(fit.capacity() == 4 * min);
+  CHECK(pool.take(9 * min).empty());  // none that large
+  CHECK(pool.take(min).capacity() == 2 * min);
+  CHECK(pool.take(min).capacity() == 8 * min);
+  CHECK(pool.size() == 0);
+  for (std::size_t i = 0; i < comm::detail::buffer_pool::max_buffers + 5; ++i)
+    pool.give(std::vector<std::byte>(min));
+  CHECK(pool.size() == comm::detail::buffer_pool::max_buffers);
+  comm::detail::buffer_pool big;
+  const auto reserved = [](std::size_t bytes) {  // capacity without touching the pages
+    std::vector<std::byte> v;
+    v.reserve(bytes);
+    return v;
+  };
+  big.give(reserved(comm::detail::buffer_pool::max_bytes / 2 + 1));
+  big.give(reserved(comm::detail::buffer_pool::max_bytes / 2 + 1));
+  CHECK(big.size() == 1);  // the second would pass max_bytes: freed
+}
+
+namespace {
+/// A transport that only copies (no send_owned, no buffer pool): forwards to a
+/// thread_transport, like an MPI endpoint would behave under any_transport.
+struct copying_transport {
+  thread_transport* t;
+  [[nodiscard]] int rank() const { return t->rank(); }
+  [[nodiscard]] int size() const { return t->size(); }
+  [[nodiscard]] double timeout_seconds() const { return t->timeout_seconds(); }
+  [[nodiscard]] std::uint64_t bytes_sent_to(int p) const { return t->bytes_sent_to(p); }
+  [[nodiscard]] std::uint64_t bytes_received_from(int p) const { return t->bytes_received_from(p); }
+  void send(int p, tag_t tag, std::span<const std::byte> b) { t->send(p, tag, b); }
+  void recv(int p, tag_t tag, std::span<std::byte> b) { t->recv(p, tag, b); }
+  std::vector<std::byte> recv_message(int p, tag_t tag) { return t->recv_message(p, tag); }
+  message recv_any(tag_t tag) { return t->recv_any(tag); }
+  void sendrecv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
+                tag_t tag) {
+    t->sendrecv(to, out, from, in, tag);
+  }
+};
+static_assert(transport<copying_transport>);
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("send_owned moves a large message, and its buffer comes back through recycle",
+          "[comm][thread_world][buffers]") {
+  constexpr std::size_t n = std::size_t{1} << 20;
+  for (const bool erased : {false, true}) {
+    CAPTURE(erased);
+    thread_world world(2, {.timeout_seconds = 10});
+    std::atomic<const std::byte*> received{nullptr};
+    run_all(world, [&](thread_transport& raw) {
+      any_transport wrapped(raw);
+      const auto run = [&](auto& t) {
+        if (t.rank() == 0) {
+          ensure(t.take_buffer(n).empty(), "the pool starts empty");
+          std::vector<std::byte> out = pattern(n, 7);
+          const std::byte* sent = out.data();
+          t.send_owned(1, 5, std::move(out));
+          ensure(out.empty(), "send_owned left the buffer with the sender");
+          std::byte ack{};
+          t.recv(1, 6, std::span(&ack, 1));
+          ensure(received.load() == sent, "the receiver got a copy, not the sent buffer");
+          std::vector<std::byte> again = t.take_buffer(n);
+          ensure(again.data() == sent && again.capacity() >= n,
+                 "take_buffer did not return the recycled buffer");
+          ensure(t.take_buffer(n).empty(), "a buffer was handed out twice");
+        } else {
+          std::vector<std::byte> in = t.recv_message(0, 5);
+          ensure(in == pattern(n, 7), "the message's bytes changed");
+          received = in.data();
+          t.recycle(std::move(in));
+          const std::byte ack{1};
+          t.send(0, 6, std::span(&ack, 1));
+        }
+      };
+      if (erased)
+        run(wrapped);
+      else
+        run(raw);
+    });
+  }
+}
+
+TEST_CASE("any_transport over an endpoint without send_owned copies and keeps the buffer",
+          "[comm][buffers]") {
+  constexpr std::size_t n = std::size_t{1} << 18;
+  thread_world world(2, {.timeout_seconds = 10});
+  run_all(world, [&](thread_transport& raw) {
+    copying_transport copying{&raw};
+    any_transport t(copying);
+    if (t.rank() == 0) {
+      std::vector<std::byte> out = pattern(n, 3);
+      t.send_owned(1, 5, std::move(out));
+      ensure(out == pattern(n, 3), "the fallback send_owned moved or changed the buffer");
+      ensure(t.take_buffer(n).empty(), "an endpoint without a pool handed out a buffer");
+    } else {
+      std::vector<std::byte> in = t.recv_message(0, 5);
+      ensure(in == pattern(n, 3), "the copied message's bytes changed");
+      t.recycle(std::move(in));  // frees it: the world's pool stays empty
+      ensure(raw.take_buffer(n).empty(), "recycle through a copying endpoint reached the pool");
+    }
+  });
 }

@@ -32,6 +32,19 @@ class any_transport {
   void send(int peer, tag_t tag, std::span<const std::byte> bytes) {
     self_->send(peer, tag, bytes);
   }
+  /// Sends `bytes`, moving the vector into the message where the endpoint can
+  /// (`thread_transport::send_owned`; `bytes` is left empty); elsewhere sends a copy and
+  /// leaves `bytes` as it was.
+  void send_owned(int peer, tag_t tag, std::vector<std::byte>&& bytes) {
+    self_->send_owned(peer, tag, std::move(bytes));
+  }
+  /// The endpoint's recycled buffer of capacity ≥ `bytes` (`thread_transport::take_buffer`);
+  /// an empty vector where the endpoint keeps none.
+  [[nodiscard]] std::vector<std::byte> take_buffer(std::size_t bytes) {
+    return self_->take_buffer(bytes);
+  }
+  /// Hands a received message's buffer back (`thread_transport::recycle`); elsewhere frees it.
+  void recycle(std::vector<std::byte>&& bytes) { self_->recycle(std::move(bytes)); }
   void recv(int peer, tag_t tag, std::span<std::byte> bytes) { self_->recv(peer, tag, bytes); }
   std::vector<std::byte> recv_message(int peer, tag_t tag) {
     return self_->recv_message(peer, tag);
@@ -51,6 +64,9 @@ class any_transport {
     virtual std::uint64_t bytes_sent_to(int) const = 0;
     virtual std::uint64_t bytes_received_from(int) const = 0;
     virtual void send(int, tag_t, std::span<const std::byte>) = 0;
+    virtual void send_owned(int, tag_t, std::vector<std::byte>&&) = 0;
+    virtual std::vector<std::byte> take_buffer(std::size_t) = 0;
+    virtual void recycle(std::vector<std::byte>&&) = 0;
     virtual void recv(int, tag_t, std::span<std::byte>) = 0;
     virtual std::vector<std::byte> recv_message(int, tag_t) = 0;
     virtual message recv_any(tag_t) = 0;
@@ -67,6 +83,21 @@ class any_transport {
       return endpoint->bytes_received_from(p);
     }
     void send(int p, tag_t t, std::span<const std::byte> b) override { endpoint->send(p, t, b); }
+    void send_owned(int p, tag_t t, std::vector<std::byte>&& b) override {
+      if constexpr (requires { endpoint->send_owned(p, t, std::move(b)); })
+        endpoint->send_owned(p, t, std::move(b));
+      else
+        endpoint->send(p, t, b);
+    }
+    std::vector<std::byte> take_buffer(std::size_t bytes) override {
+      if constexpr (requires { endpoint->take_buffer(bytes); })
+        return endpoint->take_buffer(bytes);
+      else
+        return {};
+    }
+    void recycle(std::vector<std::byte>&& b) override {
+      if constexpr (requires { endpoint->recycle(std::move(b)); }) endpoint->recycle(std::move(b));
+    }
     void recv(int p, tag_t t, std::span<std::byte> b) override { endpoint->recv(p, t, b); }
     std::vector<std::byte> recv_message(int p, tag_t t) override {
       return endpoint->recv_message(p, t);

@@ -195,6 +195,55 @@ struct mailbox {
   }
 };
 
+/// Large message buffers that receivers are done with (`give`), for senders to build their
+/// next message in (`take`): a message sent with `send_owned` moves its vector to the receiver,
+/// so without this a sender allocates (and the kernel zero-fills) a fresh buffer for every large
+/// message — a parameter-server push of the dense parameters each step. Bounded: at most
+/// `max_buffers` buffers and `max_bytes` bytes of capacity are kept; smaller buffers than
+/// `min_bytes` are not worth keeping (malloc serves them from its free lists).
+class buffer_pool {
+ public:
+  static constexpr std::size_t min_bytes = std::size_t{64} << 10;
+  static constexpr std::size_t max_buffers = 16;
+  static constexpr std::size_t max_bytes = std::size_t{256} << 20;
+
+  /// The kept buffer of the smallest capacity ≥ `bytes` (its size and contents are what the
+  /// last user left), or an empty vector when none is that large.
+  [[nodiscard]] std::vector<std::byte> take(std::size_t bytes) {
+    if (bytes < min_bytes) return {};
+    std::lock_guard lock(mutex_);
+    auto best = kept_.end();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+      if (it->capacity() >= bytes && (best == kept_.end() || it->capacity() < best->capacity()))
+        best = it;
+    if (best == kept_.end()) return {};
+    std::vector<std::byte> out = std::move(*best);
+    kept_.erase(best);
+    held_ -= out.capacity();
+    return out;
+  }
+  /// Keeps `buffer` for a later `take` if it is large enough and the bounds allow (else it is
+  /// freed here).
+  void give(std::vector<std::byte>&& buffer) {
+    const std::size_t capacity = buffer.capacity();
+    if (capacity < min_bytes) return;
+    std::vector<std::byte> kept = std::move(buffer);
+    std::lock_guard lock(mutex_);
+    if (kept_.size() >= max_buffers || held_ + capacity > max_bytes) return;  // freed on return
+    held_ += capacity;
+    kept_.push_back(std::move(kept));
+  }
+  [[nodiscard]] std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return kept_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::vector<std::byte>> kept_;
+  std::size_t held_ = 0;
+};
+
 struct world_state {
   int size = 0;
   world_options options;
@@ -224,6 +273,7 @@ struct world_state {
   std::atomic<int> dropped{0};
   std::atomic<bool> loss_reported{false};  ///< a receiver is raising the timeout of a lost one
   std::unique_ptr<std::atomic<int>[]> dropped_by;
+  buffer_pool buffers;  ///< see thread_transport::take_buffer / recycle
 
   world_state(int n, world_options opts) : size(n), options(std::move(opts)) {
     checksums = options.checksums || !options.faults.empty();
@@ -319,6 +369,16 @@ class thread_transport {
     message.owned = std::move(bytes);
     post(peer, std::move(message), action);
   }
+
+  /// A buffer of capacity ≥ `bytes` that a receiver handed back with `recycle` (an empty
+  /// vector when none is that large, or for small messages): build the next message in it and
+  /// `send_owned` it, and a large message costs no allocation. Shared by the world's ranks.
+  [[nodiscard]] std::vector<std::byte> take_buffer(std::size_t bytes) {
+    return world_->buffers.take(bytes);
+  }
+  /// Hands the buffer of a received message this rank is done with back for later sends
+  /// (small buffers, and any beyond the pool's bounds, are freed).
+  void recycle(std::vector<std::byte>&& bytes) { world_->buffers.give(std::move(bytes)); }
 
   /// Receives exactly `bytes.size()` bytes from `peer` with `tag`.
   void recv(int peer, tag_t tag, std::span<std::byte> bytes) {

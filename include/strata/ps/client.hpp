@@ -87,6 +87,15 @@ class shared_endpoint {
     std::lock_guard lock(*mutex_);
     t_->send_owned(peer, tag, std::move(bytes));
   }
+  /// Forwarded when T has them (`thread_transport`): recycled message buffers.
+  [[nodiscard]] std::vector<std::byte> take_buffer(std::size_t bytes) requires requires(T& t) {
+    t.take_buffer(bytes);
+  }
+  { return t_->take_buffer(bytes); }
+  void recycle(std::vector<std::byte>&& bytes) requires requires(T& t) {
+    t.recycle(std::move(bytes));
+  }
+  { t_->recycle(std::move(bytes)); }
   void recv(int peer, comm::tag_t tag, std::span<std::byte> bytes) { t_->recv(peer, tag, bytes); }
   std::vector<std::byte> recv_message(int peer, comm::tag_t tag) {
     return t_->recv_message(peer, tag);
@@ -349,6 +358,7 @@ class client {
       if constexpr (lossless_push) {
         h.codec = wire_codec::fp32;
         h.payload_bytes = n * 8 + values * 4;
+        reserve_message(message, header_bytes + h.payload_bytes);
         const auto payload = start_message(message, h);
         if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
         for (std::size_t j = 0; j < n; ++j)
@@ -358,6 +368,7 @@ class client {
         h.codec = wire_codec::compressed;
         const std::size_t bound = codec_.max_encoded_bytes(values);
         h.payload_bytes = n * 8 + bound;
+        reserve_message(message, header_bytes + h.payload_bytes);
         const auto payload = start_message(message, h);
         if (n != 0) std::memcpy(payload.data(), skeys.data(), n * 8);
         staged_.resize(values);
@@ -372,9 +383,28 @@ class client {
                 : codec_.encode(staged_, payload.subspan(n * 8));
         finish_message(message, n * 8 + written);
       }
-      t_->send(server_rank(s), comm::tags::ps_request, message);
+      send_request(s, message);
     }
     ++steps_[table];
+  }
+
+  /// Before building a message of `bytes` into `buffer`: when the transport recycles message
+  /// buffers (`thread_transport`) and `buffer` is smaller — its last contents left with
+  /// `send_request` — one a receiver handed back, so a large push allocates nothing.
+  void reserve_message(std::vector<std::byte>& buffer, std::size_t bytes) {
+    if constexpr (requires { t_->take_buffer(bytes); }) {
+      if (buffer.capacity() >= bytes) return;
+      auto pooled = t_->take_buffer(bytes);
+      if (pooled.capacity() >= bytes) buffer = std::move(pooled);
+    }
+  }
+  /// Sends a request built in `buffer` to server s: moved into the message where the
+  /// transport can take it (no copy in-process; `buffer` may be left empty), else copied.
+  void send_request(std::size_t s, std::vector<std::byte>& buffer) {
+    if constexpr (requires { t_->send_owned(0, comm::tags::ps_request, std::move(buffer)); })
+      t_->send_owned(server_rank(s), comm::tags::ps_request, std::move(buffer));
+    else
+      t_->send(server_rank(s), comm::tags::ps_request, buffer);
   }
 
   /// What one table of a pull keeps between sending its requests and scattering the rows.
@@ -512,8 +542,14 @@ class client {
         }
       }
     if (first) throw *first;
-    for (std::size_t p = 0; p < pulls.size(); ++p)
+    for (std::size_t p = 0; p < pulls.size(); ++p) {
       scatter(states_[p], pulls[p], codec);
+      // The replies' buffers back to a transport that recycles them (a server builds its
+      // next large reply in one).
+      if constexpr (requires(std::vector<std::byte> & b) { t_->recycle(std::move(b)); })
+        for (auto& reply : states_[p].replies)
+          if (!reply.empty()) t_->recycle(std::move(reply));
+    }
   }
 
   /// st.unique ← the distinct keys, ascending; st.slot_of[i] ← index of keys[i] in st.unique.

@@ -46,8 +46,9 @@ namespace strata::ps {
 
 /// Settings of a server.
 struct server_options {
-  int threads =
-      1;  ///< threads of the server's tbb::task_arena (its own threads, exactly this many)
+  /// Threads of the server's tbb::task_arena (its own threads, exactly this many). With 1 the
+  /// thread calling serve() handles every request itself, serially (it borrows no pool).
+  int threads = 1;
   uniform_init init{};       ///< initial row values (must match every other storage)
   std::size_t stripes = 64;  ///< lock stripes per table (a power of two)
 };
@@ -554,6 +555,14 @@ class server {
     bytes_sent_.fetch_add(size, std::memory_order_relaxed);
   }
 
+  /// Hands a request's buffer the server is done with back to transports that recycle
+  /// buffers (`thread_transport`: a worker builds its next push in it); else frees it.
+  template <comm::transport T>
+  static void recycle(T& t, std::vector<std::byte>&& bytes) {
+    if constexpr (requires { t.recycle(std::move(bytes)); })
+      if (!bytes.empty()) t.recycle(std::move(bytes));
+  }
+
   /// Queues `fn` for the server's threads (runs it at once when the server works inline).
   void spawn(std::function<void()> fn) {
     if (inline_) {
@@ -615,6 +624,7 @@ class server {
         q.pending.pop_front();
       }
       handle_reporting(t, worker, bytes);
+      recycle(t, std::move(bytes));  // a request not kept by a step (empty if it was)
     }
   }
 
@@ -763,6 +773,8 @@ class server {
     h.policy = Consistency::code;
     h.payload_bytes = n * dim * value_bytes(pull.codec);
     std::vector<std::byte> reply;
+    if constexpr (requires { t.take_buffer(n); })
+      reply = t.take_buffer(header_bytes + h.payload_bytes);  // a large reply: a recycled one
     const auto payload = start_message(reply, h);
     std::vector<float> staged(pull.codec == wire_codec::fp16 ? dim : 0);
     const compress::fp16 half;
@@ -832,6 +844,7 @@ class server {
         ++tab.received[w];
       }
       apply_rows(tab, h.table, keys, grads.values);
+      recycle(t, std::move(grads.message));
       std::unique_lock lock(tab.mutex);
       ++tab.applied[w];
       tab.applied_cv.notify_all();
@@ -861,13 +874,17 @@ class server {
                   std::span<const float> grads) {
     const std::size_t dim = tab.dim;
     // Parallelism comes from serving several workers at once.
-    if (table == dense_table_) {  // its stripes in parallel: rows are distinct
+    if (table == dense_table_) {
+      // Its stripes in parallel (rows are distinct) on the server's own arena threads only: a
+      // server of one thread (`inline_`, outside any arena) would borrow the process's oneTBB
+      // pool, which the workers' model compute sizes to the machine — in one process two such
+      // servers and the workers' threads then time-share the cores (measured slower).
       auto update = [&](std::size_t i, float* row) {
         dense_optimizer_.apply(std::span<float>(row, dim),
                                std::span<float>(row + dim, tab.state_floats),
                                grads.subspan(i * dim, dim));
       };
-      for_each_planned_row(tab, table, keys, update, true);
+      for_each_planned_row(tab, table, keys, update, !inline_);
       return;
     }
     optim::with_table(optimizer_, table, [&](const auto& opt) {
@@ -883,12 +900,13 @@ class server {
   template <comm::transport T>
   void apply_ready_steps(T& t, std::size_t table, table_state& tab,
                          std::unique_lock<std::mutex>& lock) {
-    apply_complete_steps(table, tab, lock);
+    apply_complete_steps(t, table, tab, lock);
     release_parked(t, table, tab, lock);
   }
   /// sync: applies every complete step in order (table mutex held by `lock`; released while
   /// applying).
-  void apply_complete_steps(std::size_t table, table_state& tab,
+  template <comm::transport T>
+  void apply_complete_steps(T& t, std::size_t table, table_state& tab,
                             std::unique_lock<std::mutex>& lock) {
     const int workers = map_.roles().workers();
     while (!tab.applying) {
@@ -909,6 +927,10 @@ class server {
       tab.applying = false;
       ++tab.applied_steps;
       tab.applied_cv.notify_all();
+      lock.unlock();
+      for (auto& g : s.grads)
+        recycle(t, std::move(g.message));
+      lock.lock();
     }
   }
 
