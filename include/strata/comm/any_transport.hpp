@@ -84,20 +84,12 @@ class any_transport {
     }
     void send(int p, tag_t t, std::span<const std::byte> b) override { endpoint->send(p, t, b); }
     void send_owned(int p, tag_t t, std::vector<std::byte>&& b) override {
-      if constexpr (requires { endpoint->send_owned(p, t, std::move(b)); })
-        endpoint->send_owned(p, t, std::move(b));
-      else
-        endpoint->send(p, t, b);
+      send_moving(*endpoint, p, t, b);
     }
     std::vector<std::byte> take_buffer(std::size_t bytes) override {
-      if constexpr (requires { endpoint->take_buffer(bytes); })
-        return endpoint->take_buffer(bytes);
-      else
-        return {};
+      return take_recycled(*endpoint, bytes);
     }
-    void recycle(std::vector<std::byte>&& b) override {
-      if constexpr (requires { endpoint->recycle(std::move(b)); }) endpoint->recycle(std::move(b));
-    }
+    void recycle(std::vector<std::byte>&& b) override { comm::recycle(*endpoint, std::move(b)); }
     void recv(int p, tag_t t, std::span<std::byte> b) override { endpoint->recv(p, t, b); }
     std::vector<std::byte> recv_message(int p, tag_t t) override {
       return endpoint->recv_message(p, t);

@@ -101,4 +101,30 @@ std::uint64_t total_bytes_received(const T& t) {
   return sum;
 }
 
+/// Sends `bytes`, moving the vector into the message where T can take it (`send_owned`, e.g.
+/// `thread_transport`: `bytes` may be left empty), else with a copying `send` that leaves it.
+template <transport T>
+void send_moving(T& t, int peer, tag_t tag, std::vector<std::byte>& bytes) {
+  if constexpr (requires { t.send_owned(peer, tag, std::move(bytes)); })
+    t.send_owned(peer, tag, std::move(bytes));
+  else
+    t.send(peer, tag, bytes);
+}
+/// A buffer of capacity ≥ `bytes` that a receiver handed back (`take_buffer`, e.g.
+/// `thread_transport`'s pool) to build the next message in; empty where T keeps none.
+template <transport T>
+[[nodiscard]] std::vector<std::byte> take_recycled(T& t, std::size_t bytes) {
+  if constexpr (requires { t.take_buffer(bytes); })
+    return t.take_buffer(bytes);
+  else
+    return {};
+}
+/// Hands a received message's buffer back for later sends where T recycles them (`recycle`);
+/// else frees it.
+template <transport T>
+void recycle(T& t, std::vector<std::byte>&& bytes) {
+  if constexpr (requires { t.recycle(std::move(bytes)); })
+    if (!bytes.empty()) t.recycle(std::move(bytes));
+}
+
 }  // namespace strata::comm

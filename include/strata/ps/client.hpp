@@ -383,28 +383,18 @@ class client {
                 : codec_.encode(staged_, payload.subspan(n * 8));
         finish_message(message, n * 8 + written);
       }
-      send_request(s, message);
+      comm::send_moving(*t_, server_rank(s), comm::tags::ps_request, message);
     }
     ++steps_[table];
   }
 
-  /// Before building a message of `bytes` into `buffer`: when the transport recycles message
-  /// buffers (`thread_transport`) and `buffer` is smaller — its last contents left with
-  /// `send_request` — one a receiver handed back, so a large push allocates nothing.
+  /// Before building a message of `bytes` into `buffer`: when `buffer` is smaller — its last
+  /// contents moved away by `comm::send_moving` — one a receiver handed back, where the
+  /// transport recycles them (`thread_transport`), so a large push allocates nothing.
   void reserve_message(std::vector<std::byte>& buffer, std::size_t bytes) {
-    if constexpr (requires { t_->take_buffer(bytes); }) {
-      if (buffer.capacity() >= bytes) return;
-      auto pooled = t_->take_buffer(bytes);
-      if (pooled.capacity() >= bytes) buffer = std::move(pooled);
-    }
-  }
-  /// Sends a request built in `buffer` to server s: moved into the message where the
-  /// transport can take it (no copy in-process; `buffer` may be left empty), else copied.
-  void send_request(std::size_t s, std::vector<std::byte>& buffer) {
-    if constexpr (requires { t_->send_owned(0, comm::tags::ps_request, std::move(buffer)); })
-      t_->send_owned(server_rank(s), comm::tags::ps_request, std::move(buffer));
-    else
-      t_->send(server_rank(s), comm::tags::ps_request, buffer);
+    if (buffer.capacity() >= bytes) return;
+    auto pooled = comm::take_recycled(*t_, bytes);
+    if (pooled.capacity() >= bytes) buffer = std::move(pooled);
   }
 
   /// What one table of a pull keeps between sending its requests and scattering the rows.
@@ -544,11 +534,8 @@ class client {
     if (first) throw *first;
     for (std::size_t p = 0; p < pulls.size(); ++p) {
       scatter(states_[p], pulls[p], codec);
-      // The replies' buffers back to a transport that recycles them (a server builds its
-      // next large reply in one).
-      if constexpr (requires(std::vector<std::byte> & b) { t_->recycle(std::move(b)); })
-        for (auto& reply : states_[p].replies)
-          if (!reply.empty()) t_->recycle(std::move(reply));
+      for (auto& reply : states_[p].replies)  // a server builds its next large reply in one
+        comm::recycle(*t_, std::move(reply));
     }
   }
 

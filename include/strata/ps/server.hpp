@@ -548,19 +548,8 @@ class server {
   void send(T& t, int rank, std::vector<std::byte>&& bytes) {
     const std::size_t size = bytes.size();
     std::lock_guard lock(send_mutex_);
-    if constexpr (requires { t.send_owned(rank, comm::tags::ps_reply, std::move(bytes)); })
-      t.send_owned(rank, comm::tags::ps_reply, std::move(bytes));
-    else
-      t.send(rank, comm::tags::ps_reply, bytes);
+    comm::send_moving(t, rank, comm::tags::ps_reply, bytes);
     bytes_sent_.fetch_add(size, std::memory_order_relaxed);
-  }
-
-  /// Hands a request's buffer the server is done with back to transports that recycle
-  /// buffers (`thread_transport`: a worker builds its next push in it); else frees it.
-  template <comm::transport T>
-  static void recycle(T& t, std::vector<std::byte>&& bytes) {
-    if constexpr (requires { t.recycle(std::move(bytes)); })
-      if (!bytes.empty()) t.recycle(std::move(bytes));
   }
 
   /// Queues `fn` for the server's threads (runs it at once when the server works inline).
@@ -624,7 +613,7 @@ class server {
         q.pending.pop_front();
       }
       handle_reporting(t, worker, bytes);
-      recycle(t, std::move(bytes));  // a request not kept by a step (empty if it was)
+      comm::recycle(t, std::move(bytes));  // a request not kept by a step (empty if it was)
     }
   }
 
@@ -772,9 +761,7 @@ class server {
     h.dim = static_cast<std::uint32_t>(dim);
     h.policy = Consistency::code;
     h.payload_bytes = n * dim * value_bytes(pull.codec);
-    std::vector<std::byte> reply;
-    if constexpr (requires { t.take_buffer(n); })
-      reply = t.take_buffer(header_bytes + h.payload_bytes);  // a large reply: a recycled one
+    std::vector<std::byte> reply = comm::take_recycled(t, header_bytes + h.payload_bytes);
     const auto payload = start_message(reply, h);
     std::vector<float> staged(pull.codec == wire_codec::fp16 ? dim : 0);
     const compress::fp16 half;
@@ -844,7 +831,7 @@ class server {
         ++tab.received[w];
       }
       apply_rows(tab, h.table, keys, grads.values);
-      recycle(t, std::move(grads.message));
+      comm::recycle(t, std::move(grads.message));  // a worker builds its next push in it
       std::unique_lock lock(tab.mutex);
       ++tab.applied[w];
       tab.applied_cv.notify_all();
@@ -918,6 +905,8 @@ class server {
       lock.unlock();
       try {
         apply_sync_step(tab, table, s);
+        for (auto& g : s.grads)  // the pushes' buffers: the workers build their next in them
+          comm::recycle(t, std::move(g.message));
       } catch (...) {
         lock.lock();
         tab.applying = false;
@@ -927,10 +916,6 @@ class server {
       tab.applying = false;
       ++tab.applied_steps;
       tab.applied_cv.notify_all();
-      lock.unlock();
-      for (auto& g : s.grads)
-        recycle(t, std::move(g.message));
-      lock.lock();
     }
   }
 
