@@ -139,7 +139,10 @@ class line_source {
   line_source(const std::filesystem::path& path, std::size_t max_line)
       : path_(path),
         max_line_(max_line),
-        buffer_(std::max<std::size_t>(1 << 20, 2 * max_line + 2)) {
+        buffer_size_(std::max<std::size_t>(1 << 20, 2 * max_line + 2)),
+        // Not zero-filled: only the bytes fread stores are ever read (a fresh reader would
+        // otherwise touch a whole MiB it may never use, e.g. for a small file).
+        buffer_(std::make_unique_for_overwrite<char[]>(buffer_size_)) {
     file_.reset(std::fopen(path.c_str(), "rb"));
     if (!file_)
       fail(errc::io_error, cat("criteo_reader: cannot open '", path.string(),
@@ -152,7 +155,7 @@ class line_source {
   status next(std::string_view& line) {
     bool skipping = false;  // inside an overlong line
     for (;;) {
-      const char* start = buffer_.data() + begin_;
+      const char* start = buffer_.get() + begin_;
       const auto* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - begin_));
       if (nl != nullptr) {
         const std::size_t len = static_cast<std::size_t>(nl - start);
@@ -175,7 +178,7 @@ class line_source {
         skipping = true;
         begin_ = end_ = 0;
       } else if (begin_ > 0) {
-        std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+        std::memmove(buffer_.get(), buffer_.get() + begin_, end_ - begin_);
         end_ -= begin_;
         begin_ = 0;
       }
@@ -192,8 +195,7 @@ class line_source {
     return s;
   }
   void fill() {
-    const std::size_t got =
-        std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_.get());
+    const std::size_t got = std::fread(buffer_.get() + end_, 1, buffer_size_ - end_, file_.get());
     end_ += got;
     if (got == 0) {
       if (std::ferror(file_.get()))
@@ -206,7 +208,8 @@ class line_source {
   std::filesystem::path path_;
   std::size_t max_line_;
   std::unique_ptr<std::FILE, closer> file_;
-  std::vector<char> buffer_;
+  std::size_t buffer_size_;
+  std::unique_ptr<char[]> buffer_;
   std::size_t begin_ = 0, end_ = 0;
   bool eof_ = false;
 };
