@@ -19,12 +19,16 @@ struct json {
   double number = 0;
   std::string text;
   std::vector<json> items;
-  std::vector<std::pair<std::string, json>> members;
+  /// An object's members in file order: names and values side by side (a vector of
+  /// std::pair<std::string, json> inside json itself needs the pair of an incomplete type,
+  /// which clang refuses).
+  std::vector<std::string> member_names;
+  std::vector<json> member_values;
 
   /// The member `name` of an object, or nullptr.
   [[nodiscard]] const json* find(std::string_view name) const {
-    for (const auto& [key, value] : members)
-      if (key == name) return &value;
+    for (std::size_t i = 0; i < member_names.size(); ++i)
+      if (member_names[i] == name) return &member_values[i];
     return nullptr;
   }
 
@@ -112,7 +116,8 @@ struct json {
         std::string key = parse_string(s, at);
         skip_space(s, at);
         expect(s, at, ":");
-        v.members.emplace_back(std::move(key), parse_value(s, at));
+        v.member_names.push_back(std::move(key));
+        v.member_values.push_back(parse_value(s, at));
         skip_space(s, at);
         if (at < s.size() && s[at] == ',') {
           ++at;

@@ -14,7 +14,6 @@
 #include <functional>
 #include <optional>
 #include <regex>
-#include <source_location>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -232,7 +231,8 @@ std::string run_cell(const strategy& s, phase p, fault_kind kind, const model_bi
 
 std::filesystem::path docs_file() {
   // tests/train/test_fault_matrix.cpp → <repo>/docs/reliability.md
-  const std::filesystem::path here = std::source_location::current().file_name();
+  // (__FILE__, not std::source_location: clang 14 with libstdc++ 12 has no source_location)
+  const std::filesystem::path here = __FILE__;
   return here.parent_path().parent_path().parent_path() / "docs" / "reliability.md";
 }
 

@@ -636,8 +636,9 @@ class client {
     if (codec == wire_codec::fp32) {
       st.source.resize(st.unique.size());
       for (std::size_t s = 0; s < servers; ++s) {
-        const std::byte* rows = st.replies[s].data() + header_bytes;
         const auto& slots = st.server_slots[s];
+        if (slots.empty()) continue;  // no reply buffer: no offset into it either
+        const std::byte* rows = st.replies[s].data() + header_bytes;
         for (std::size_t j = 0; j < slots.size(); ++j)
           st.source[slots[j]] = rows + j * dim * 4;
       }
