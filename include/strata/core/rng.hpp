@@ -20,20 +20,29 @@ __extension__ using uint128 = unsigned __int128;  // GCC/Clang extension, silenc
 }  // namespace detail
 
 /// Philox4x32-10 (Salmon et al., SC'11): 4×32 random bits per (key, counter).
-/// Pure function; thread-safe; about 10 multiply rounds per 128 bits.
+/// Pure function; thread-safe; about 10 multiply rounds per 128 bits. The rounds work on
+/// scalars, not on the arrays: unoptimised builds (-O0, the sanitizer tests) would otherwise
+/// call std::array's operator[] and copy a temporary array twelve times per round — 10× slower
+/// there, the same code at -O2.
 constexpr std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter,
                                                   std::array<std::uint32_t, 2> key) noexcept {
   constexpr std::uint32_t m0 = 0xD2511F53u, m1 = 0xCD9E8D57u;
   constexpr std::uint32_t w0 = 0x9E3779B9u, w1 = 0xBB67AE85u;
+  std::uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+  std::uint32_t k0 = key[0], k1 = key[1];
   for (int round = 0; round < 10; ++round) {
-    const std::uint64_t p0 = std::uint64_t{m0} * counter[0];
-    const std::uint64_t p1 = std::uint64_t{m1} * counter[2];
-    counter = {
-        static_cast<std::uint32_t>(p1 >> 32) ^ counter[1] ^ key[0], static_cast<std::uint32_t>(p1),
-        static_cast<std::uint32_t>(p0 >> 32) ^ counter[3] ^ key[1], static_cast<std::uint32_t>(p0)};
-    key = {key[0] + w0, key[1] + w1};
+    const std::uint64_t p0 = std::uint64_t{m0} * c0;
+    const std::uint64_t p1 = std::uint64_t{m1} * c2;
+    const std::uint32_t next0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    const std::uint32_t next2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<std::uint32_t>(p1);
+    c3 = static_cast<std::uint32_t>(p0);
+    c0 = next0;
+    c2 = next2;
+    k0 += w0;
+    k1 += w1;
   }
-  return counter;
+  return {c0, c1, c2, c3};
 }
 
 /// Mixes several 64-bit ids into one (splitmix64 finaliser chain); used to derive stream ids
