@@ -68,8 +68,8 @@ void check_gradient(std::span<float> x, std::span<const float> analytic,
         continue;
       }
     }
-    INFO(what << "[" << i << "] analytic " << analytic[i] << " numeric " << numeric);
-    REQUIRE(std::abs(analytic[i] - numeric) <= tol * (1.0 + std::abs(numeric)));
+    if (!(std::abs(analytic[i] - numeric) <= tol * (1.0 + std::abs(numeric))))
+      FAIL(what << "[" << i << "] analytic " << analytic[i] << " numeric " << numeric);
   }
   INFO(what << ": " << skipped << " of " << x.size() << " values skipped next to a ReLU kink");
   REQUIRE(skipped * 10 <= x.size());
@@ -144,7 +144,8 @@ TEST_CASE("conv2d forward equals a direct float64 convolution", "[nn][conv2d]") 
                      << " engine " << to_string(engine) << " bias " << bias);
       REQUIRE(out.height == (in.height + 2 * win.padding - win.kernel) / win.stride + 1);
       for (std::size_t i = 0; i < y.size(); ++i)
-        REQUIRE(y[i] == Approx(want[i]).margin(1e-5));
+        if (!(y[i] == Approx(want[i]).margin(1e-5)))
+          FAIL("y[" << i << "] = " << y[i] << ", reference " << want[i]);
     }
   }
 }
@@ -258,10 +259,9 @@ TEST_CASE("conv2d on oneDNN equals the im2col engine (ResNet shapes, chunk tails
       for (const float v : want[t])
         scale = std::max(scale, double(std::abs(v)));
       REQUIRE(got[t].size() == want[t].size());
-      for (std::size_t i = 0; i < got[t].size(); ++i) {
-        INFO(names[t] << "[" << i << "] onednn " << got[t][i] << " im2col " << want[t][i]);
-        REQUIRE(std::abs(double(got[t][i]) - want[t][i]) <= 1e-5 * scale);
-      }
+      for (std::size_t i = 0; i < got[t].size(); ++i)
+        if (!(std::abs(double(got[t][i]) - want[t][i]) <= 1e-5 * scale))
+          FAIL(names[t] << "[" << i << "] onednn " << got[t][i] << " im2col " << want[t][i]);
     }
     // A copy of the layer computes the same (it builds its own primitives).
     nn::conv2d copy = conv;
@@ -421,12 +421,16 @@ TEST_CASE("synchronised batch_norm on 2 workers equals one layer on the whole ba
     rm[static_cast<std::size_t>(t.rank())].assign(b.running_mean().begin(), b.running_mean().end());
   });
   for (std::size_t i = 0; i < y.size(); ++i) {
-    REQUIRE(y2[i] == Approx(y[i]).epsilon(1e-5).margin(1e-6));
-    REQUIRE(dx2[i] == Approx(dx[i]).epsilon(1e-5).margin(1e-6));
+    if (!(y2[i] == Approx(y[i]).epsilon(1e-5).margin(1e-6)))
+      FAIL("y[" << i << "] " << y2[i] << " vs one worker's " << y[i]);
+    if (!(dx2[i] == Approx(dx[i]).epsilon(1e-5).margin(1e-6)))
+      FAIL("dx[" << i << "] " << dx2[i] << " vs one worker's " << dx[i]);
   }
   for (std::size_t w = 0; w < 2; ++w) {
     for (std::size_t i = 0; i < want_grads.size(); ++i)
-      REQUIRE(grads[w][i] == Approx(want_grads[i]).epsilon(1e-5).margin(1e-6));
+      if (!(grads[w][i] == Approx(want_grads[i]).epsilon(1e-5).margin(1e-6)))
+        FAIL("worker " << w << " grad[" << i << "] " << grads[w][i] << " vs one worker's "
+                       << want_grads[i]);
     for (std::size_t c = 0; c < C; ++c)
       REQUIRE(rm[w][c] == Approx(want_rm[c]).epsilon(1e-5).margin(1e-7));
   }
