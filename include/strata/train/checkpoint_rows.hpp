@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -272,10 +273,12 @@ struct row_shape {
 /// Reads every `rows-*.ckpt` file of checkpoint `dir` (in name order) and calls
 /// fn(table, key, row, state, file) for each record. Each file must hold `shapes.size()` tables
 /// whose rows and states have the given shapes; otherwise errc::corrupt_data says which file
-/// and table. A checkpoint without rows files is refused too.
-template <class Fn>
-void read_row_records(const std::filesystem::path& dir, std::span<const row_shape> shapes,
-                      Fn&& fn) {
+/// and table. A checkpoint without rows files is refused too. `fn` is type-erased (one call per
+/// row, on the load path only): one copy of this function serves every trainer composition.
+using row_record_sink = std::function<void(std::size_t, std::uint64_t, std::span<const float>,
+                                           std::span<const float>, const std::filesystem::path&)>;
+inline void read_row_records(const std::filesystem::path& dir, std::span<const row_shape> shapes,
+                             const row_record_sink& fn) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir))
