@@ -574,3 +574,85 @@ TEST_CASE("a server that runs out of memory answers errc::out_of_memory naming t
   CHECK(rows_after > 1000);  // rows made before the allocation failed stay usable
   CHECK(rows_after < keys);
 }
+
+TEST_CASE("server_core and client_core take the policy and the push codec at run time",
+          "[ps][consistency]") {
+  using int8 = compress::int8_block<16>;
+  STATIC_REQUIRE(ps::rule_of<ps::bounded<5>>.code == (3u | (5u << 8)));
+  STATIC_REQUIRE(ps::rule_of<ps::async>.max_staleness == ps::no_bound);
+  // bounded<5> as a run-time value (what a bound chosen at run time is).
+  const ps::consistency_rule bounded5{"bounded", 3u | (5u << 8), false, true, 5};
+  const ps::shard_map map(ps::layout::dedicated(1, 1), {{"user", 64, 4}});
+  const optim::sgd sgd{.lr = 0.5f};
+  const auto keys = iota_keys(24, 7);
+  // One worker pulls then pushes 6 steps of int8-compressed gradients; the rows it pulls last.
+  const auto train = [&](auto make_server, auto make_client) {
+    std::vector<float> last(keys.size() * 4);
+    comm::thread_world world(2, {.timeout_seconds = 20});
+    world.run([&](comm::thread_transport& t) {
+      if (t.rank() == 1) {
+        auto server = make_server();
+        server.serve(t);
+        return;
+      }
+      auto c = make_client(t);
+      matrix<float> rows(keys.size(), 4), grads(keys.size(), 4);
+      for (int step = 0; step < 6; ++step) {
+        c.pull(0, keys, rows);
+        for (std::size_t i = 0; i < keys.size(); ++i)
+          for (std::size_t j = 0; j < 4; ++j)
+            grads(i, j) = rows(i, j) - 0.01f * static_cast<float>(i + j + step);
+        c.push(0, keys, grads);
+      }
+      c.pull(0, keys, rows);
+      std::copy_n(rows.data(), last.size(), last.begin());
+      c.shutdown();
+    });
+    return last;
+  };
+  const auto typed =
+      train([&] { return ps::server<optim::sgd, ps::bounded<5>, int8>(map, 0, sgd); },
+            [&](comm::thread_transport& t) {
+              return ps::client<ps::bounded<5>, comm::thread_transport, int8>(t, map);
+            });
+  const auto at_run_time = train(
+      [&] {
+        return ps::server_core<optim::sgd>(map, 0, bounded5, sgd, {},
+                                           ps::push_decoding::of(int8{}));
+      },
+      [&](comm::thread_transport& t) {
+        return ps::client_core<comm::thread_transport, int8>(t, map, bounded5);
+      });
+  REQUIRE(typed.size() == at_run_time.size());
+  CHECK(std::memcmp(typed.data(), at_run_time.data(), typed.size() * sizeof(float)) == 0);
+  // The rows moved (the pushes were decoded and applied).
+  CHECK(typed[0] != embedding::uniform_init{}.value(0, keys[0], 0, 4));
+
+  // A run-time policy is refused by a server of another, by its code; so is an fp32 push to a
+  // server that expects compressed gradients.
+  comm::thread_world world(2, {.timeout_seconds = 20});
+  REQUIRE_THROWS_WITH(world.run([&](comm::thread_transport& t) {
+    if (t.rank() == 1) {
+      ps::server_core<optim::sgd> server(map, 0, bounded5, sgd);
+      server.serve(t);
+      return;
+    }
+    ps::client<ps::bounded<4>> c(t, map);
+    matrix<float> rows(1, 4);
+    c.pull(0, std::vector<std::uint64_t>{7}, rows);
+  }),
+                      Catch::Contains("consistency code"));
+  comm::thread_world world2(2, {.timeout_seconds = 20});
+  REQUIRE_THROWS_WITH(world2.run([&](comm::thread_transport& t) {
+    if (t.rank() == 1) {
+      ps::server_core<optim::sgd> server(map, 0, bounded5, sgd, {}, ps::push_decoding::of(int8{}));
+      server.serve(t);
+      return;
+    }
+    ps::client_core<comm::thread_transport> c(t, map, bounded5);
+    matrix<float> rows(1, 4);
+    c.push(0, std::vector<std::uint64_t>{7}, rows);
+    c.shutdown();
+  }),
+                      Catch::Contains("int8_block-compressed gradients"));
+}

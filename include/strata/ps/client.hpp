@@ -1,6 +1,8 @@
 /// @file client.hpp
 /// `client<Consistency, Transport, PushCodec>`: a worker's view of the parameter servers —
-/// de-duplicated, partitioned, batched pull and push.
+/// de-duplicated, partitioned, batched pull and push. Its code is `client_core<Transport,
+/// PushCodec>`, which takes the consistency policy as a run-time value (one copy of the
+/// client's code for every policy).
 ///
 /// ```cpp
 /// ps::shard_map map(ps::layout::dedicated(2, 1), {{"user", 1000, 16}});
@@ -152,22 +154,23 @@ struct table_push {
 /// Cost: one flat-index probe per key, a sort of the unique keys, O(unique · dim) copies;
 /// buffers are reused.
 /// Thread-safety: one client per worker thread; not thread-safe.
-template <consistency Consistency, comm::transport Transport = comm::thread_transport,
+template <comm::transport Transport = comm::thread_transport,
           compress::compressor PushCodec = compress::identity>
-class client {
+class client_core {
   static_assert(!compress::positional_compressor<PushCodec>,
                 "ps::client: pass the plain codec (e.g. int8_block<256>); the client keeps the "
                 "error-feedback residual per key itself (client_options::error_feedback)");
 
  public:
-  using consistency_type = Consistency;
   using transport_type = Transport;
   using push_codec_type = PushCodec;
   static constexpr bool lossless_push = std::is_same_v<PushCodec, compress::identity>;
 
-  /// A client on rank `t.rank()`, which must be a worker of `map`'s layout.
-  client(Transport& t, shard_map map, client_options options = {}, PushCodec codec = {})
-      : t_(&t), map_(std::move(map)), options_(options), codec_(std::move(codec)) {
+  /// A client on rank `t.rank()`, which must be a worker of `map`'s layout, under policy
+  /// `rule` (the servers' policy: they refuse requests of another).
+  client_core(Transport& t, shard_map map, consistency_rule rule, client_options options = {},
+              PushCodec codec = {})
+      : t_(&t), map_(std::move(map)), rule_(rule), options_(options), codec_(std::move(codec)) {
     map_.roles().check_size(t.size());
     worker_ = map_.roles().worker_index(t.rank());
     const auto servers = static_cast<std::size_t>(map_.roles().servers());
@@ -242,9 +245,8 @@ class client {
   /// step. Does not wait for the servers.
   void push_tables(std::span<const table_push> pushes,
                    const char* who = "ps::client::push_tables") {
-    if constexpr (Consistency::blocks_on_step)
-      STRATA_EXPECTS(!in_flight_, who,
-                     ": a begun pull is still in flight; under ps::", Consistency::name,
+    if (rule_.blocks_on_step)
+      STRATA_EXPECTS(!in_flight_, who, ": a begun pull is still in flight; under ps::", rule_.name,
                      " finish_pull_tables it before pushing (a pull may not overlap this "
                      "worker's own push; begin the next pull after this step's push)");
     check_batch(pushes, who, [&](const table_push& p) {
@@ -265,7 +267,7 @@ class client {
       header h;
       h.type = msg_type::shutdown;
       h.worker = static_cast<std::uint32_t>(worker_);
-      h.policy = Consistency::code;
+      h.policy = rule_.code;
       start_message(messages_[s], h);
       t_->send(server_rank(s), comm::tags::ps_request, messages_[s]);
     }
@@ -324,7 +326,7 @@ class client {
     h.table = static_cast<std::uint32_t>(table);
     h.step = steps_[table];
     h.dim = static_cast<std::uint32_t>(map_.spec(table).dim);
-    h.policy = Consistency::code;
+    h.policy = rule_.code;
     return h;
   }
 
@@ -477,7 +479,7 @@ class client {
     // In-process under async the rows are read now, as a server serves a pull message when it
     // arrives (after this worker's earlier pushes); under sync and bounded at finish, when the
     // servers may be waiting for other workers' pushes.
-    in_process_read_ = in_process() && !Consistency::blocks_on_step;
+    in_process_read_ = in_process() && !rule_.blocks_on_step;
     if (in_process_read_) read_in_process(pulls.size());
   }
   /// Every table of the batch from the in-process servers into st.rows (unique × dim).
@@ -662,6 +664,7 @@ class client {
 
   Transport* t_;
   shard_map map_;
+  consistency_rule rule_;
   client_options options_;
   PushCodec codec_;
   int worker_ = 0;
@@ -685,6 +688,20 @@ class client {
   std::vector<std::vector<std::byte>> messages_;
   std::vector<float> staged_;
   optim::sparse_gradient summed_;
+};
+
+/// A worker's client with its consistency policy given as a type (what servers, storages and
+/// trainers name): `client_core` with `rule_of<Consistency>`.
+template <consistency Consistency, comm::transport Transport = comm::thread_transport,
+          compress::compressor PushCodec = compress::identity>
+class client : public client_core<Transport, PushCodec> {
+ public:
+  using consistency_type = Consistency;
+
+  /// A client on rank `t.rank()`, which must be a worker of `map`'s layout.
+  client(Transport& t, shard_map map, client_options options = {}, PushCodec codec = {})
+      : client_core<Transport, PushCodec>(t, std::move(map), rule_of<Consistency>, options,
+                                          std::move(codec)) {}
 };
 
 }  // namespace strata::ps

@@ -65,4 +65,19 @@ struct bounded {
 
 static_assert(consistency<sync> && consistency<async> && consistency<bounded<2>>);
 
+/// A consistency policy's facts as run-time values: what `ps::server_core` acts on, so one
+/// server type (and one copy of its code) serves every policy.
+struct consistency_rule {
+  const char* name = sync::name;
+  std::uint32_t code = sync::code;
+  bool aggregates_step = sync::aggregates_step;
+  bool blocks_on_step = sync::blocks_on_step;
+  std::uint64_t max_staleness = sync::max_staleness;
+};
+
+/// The run-time facts of policy `C`.
+template <consistency C>
+inline constexpr consistency_rule rule_of{C::name, C::code, C::aggregates_step, C::blocks_on_step,
+                                          C::max_staleness};
+
 }  // namespace strata::ps

@@ -1,7 +1,9 @@
 /// @file server.hpp
 /// `server<Optimizer, Consistency, PushCodec>`: one parameter-server shard. Holds the rows (and
 /// optimizer state) of every table that the shard map assigns to it, answers pulls, applies
-/// pushes under a consistency policy, and runs the work on a oneTBB arena.
+/// pushes under a consistency policy, and runs the work on a oneTBB arena. Its code is
+/// `server_core<Optimizer, DenseOptimizer>`, which takes the policy and the push codec as
+/// run-time values (one copy of the server's code for every policy and codec).
 #pragma once
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <new>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -83,7 +86,31 @@ struct shard_stats {
   std::uint64_t rows = 0;            ///< rows held
 };
 
-/// One parameter-server shard.
+/// How a server reads pushed gradient rows: the push codec's name and, for a lossy codec, its
+/// decoder (type-erased: one server type for every codec; one call per push). A lossless
+/// (`compress::identity`) push is read in place.
+struct push_decoding {
+  const char* name = compress::identity::name;
+  bool lossless = true;
+  std::function<void(std::span<const std::byte>, std::span<float>)> decode;
+
+  /// The decoding of pushes that `codec` encoded.
+  template <compress::compressor Codec>
+  [[nodiscard]] static push_decoding of(Codec codec) {
+    push_decoding d;
+    d.name = Codec::name;
+    d.lossless = std::is_same_v<Codec, compress::identity>;
+    if constexpr (!std::is_same_v<Codec, compress::identity>)
+      d.decode = [codec = std::move(codec)](std::span<const std::byte> bytes,
+                                            std::span<float> values) {
+        codec.decode(bytes, values);
+      };
+    return d;
+  }
+};
+
+/// One parameter-server shard (`server<Optimizer, Consistency, PushCodec, DenseOptimizer>`
+/// below is this with the policy and codec given as types).
 ///
 /// Rows live in `stripes` row stores per table (`row_store`, the store of
 /// `embedding::hash_table` too: key → slot → the weights followed by
@@ -115,29 +142,29 @@ struct shard_stats {
 /// `import_row` may be called concurrently with it (they take the stripe locks).
 /// Costs: a pull or push is O(keys · dim) plus one flat-index probe per key and one lock per
 /// stripe touched (keys grouped by stripe); sync adds a sort of the step's keys.
-template <optim::table_optimizer Optimizer, consistency Consistency,
-          compress::compressor PushCodec = compress::identity,
+template <optim::table_optimizer Optimizer,
           optim::sparse_optimizer DenseOptimizer = optim::default_dense_t<Optimizer>>
-class server {
+class server_core {
  public:
   using optimizer_type = Optimizer;
   using dense_optimizer_type = DenseOptimizer;
   /// `dense_table` meaning "no table uses DenseOptimizer".
   static constexpr std::size_t no_dense_table = static_cast<std::size_t>(-1);
-  using consistency_type = Consistency;
-  using push_codec_type = PushCodec;
 
-  /// The shard of server `server_index` of `map`.
-  server(shard_map map, int server_index, Optimizer optimizer = {}, server_options options = {},
-         PushCodec codec = {})
-      : server(std::move(map), server_index, optimizer, {}, no_dense_table, options,
-               std::move(codec)) {}
+  /// The shard of server `server_index` of `map`, under policy `rule`, reading pushes with
+  /// `codec`.
+  server_core(shard_map map, int server_index, consistency_rule rule, Optimizer optimizer = {},
+              server_options options = {}, push_decoding codec = {})
+      : server_core(std::move(map), server_index, rule, optimizer, {}, no_dense_table, options,
+                    std::move(codec)) {}
 
   /// As above, with table `dense_table` of `map` updated by `dense_optimizer`.
-  server(shard_map map, int server_index, Optimizer optimizer, DenseOptimizer dense_optimizer,
-         std::size_t dense_table, server_options options = {}, PushCodec codec = {})
+  server_core(shard_map map, int server_index, consistency_rule rule, Optimizer optimizer,
+              DenseOptimizer dense_optimizer, std::size_t dense_table, server_options options = {},
+              push_decoding codec = {})
       : map_(std::move(map)),
         index_(server_index),
+        rule_(rule),
         optimizer_(optimizer),
         dense_optimizer_(dense_optimizer),
         dense_table_(dense_table),
@@ -170,8 +197,11 @@ class server {
     queues_.resize(workers);
   }
 
-  server(const server&) = delete;
-  server& operator=(const server&) = delete;
+  server_core(const server_core&) = delete;
+  server_core& operator=(const server_core&) = delete;
+
+  /// The consistency policy this server acts on.
+  [[nodiscard]] const consistency_rule& rule() const noexcept { return rule_; }
 
   [[nodiscard]] const shard_map& map() const noexcept { return map_; }
   [[nodiscard]] int index() const noexcept { return index_; }
@@ -276,10 +306,8 @@ class server {
                    worker, " outside the ", map_.roles().workers(), " workers");
     table_state& tab = *tables_[table];
     const auto servable = [&] {
-      if constexpr (Consistency::aggregates_step)
-        return tab.applied_steps >= step;
-      else
-        return tab.applied[static_cast<std::size_t>(worker)] >= step && ready(tab, step);
+      if (rule_.aggregates_step) return tab.applied_steps >= step;
+      return tab.applied[static_cast<std::size_t>(worker)] >= step && ready(tab, step);
     };
     {
       std::unique_lock lock(tab.mutex);
@@ -297,7 +325,7 @@ class server {
           fail(errc::timeout,
                cat("ps::server::read_rows: worker ", worker, "'s pull of table ", table,
                    " for step ", step, " was not servable within ", timeout_seconds, " s under ",
-                   Consistency::name, " (did a worker stop pushing?)"));
+                   rule_.name, " (did a worker stop pushing?)"));
       }
       note_staleness(tab, step);
     }
@@ -306,7 +334,7 @@ class server {
     keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
   }
 
-  /// Largest observed staleness (see `shard_stats::max_staleness`); ≤ Consistency's bound.
+  /// Largest observed staleness (see `shard_stats::max_staleness`); ≤ the policy's bound.
   [[nodiscard]] std::uint64_t observed_staleness() const noexcept { return max_staleness_.load(); }
 
   /// Restarts the step clocks (every worker back at step 0) while keeping all rows and
@@ -684,7 +712,7 @@ class server {
   template <comm::transport T>
   void handle(T& t, int worker, std::vector<std::byte>& bytes, msg_type& type, std::uint32_t& table,
               std::uint64_t& step) {
-    request r = decode_request(bytes, map_, Consistency::code, worker);
+    request r = decode_request(bytes, map_, rule_.code, worker);
     type = r.h.type;
     table = r.h.table;
     step = r.h.step;
@@ -706,18 +734,14 @@ class server {
 
   /// Whether a pull for `step` may be served now (table mutex held).
   [[nodiscard]] bool ready(const table_state& tab, std::uint64_t step) const noexcept {
-    if constexpr (Consistency::aggregates_step) {
-      return tab.applied_steps >= step;
-    } else if constexpr (!Consistency::blocks_on_step) {
-      return true;
-    } else {
-      const std::uint64_t slowest = *std::min_element(tab.applied.begin(), tab.applied.end());
-      return step <= slowest + Consistency::max_staleness;
-    }
+    if (rule_.aggregates_step) return tab.applied_steps >= step;
+    if (!rule_.blocks_on_step) return true;
+    const std::uint64_t slowest = *std::min_element(tab.applied.begin(), tab.applied.end());
+    return step <= slowest + rule_.max_staleness;
   }
   /// Records the staleness of a pull being served (table mutex held).
   void note_staleness(const table_state& tab, std::uint64_t step) noexcept {
-    const std::uint64_t slowest = Consistency::aggregates_step
+    const std::uint64_t slowest = rule_.aggregates_step
                                       ? tab.applied_steps
                                       : *std::min_element(tab.applied.begin(), tab.applied.end());
     const std::uint64_t stale = step > slowest ? step - slowest : 0;
@@ -759,7 +783,7 @@ class server {
     h.step = pull.step;
     h.key_count = n;
     h.dim = static_cast<std::uint32_t>(dim);
-    h.policy = Consistency::code;
+    h.policy = rule_.code;
     h.payload_bytes = n * dim * value_bytes(pull.codec);
     std::vector<std::byte> reply = comm::take_recycled(t, header_bytes + h.payload_bytes);
     const auto payload = start_message(reply, h);
@@ -784,7 +808,7 @@ class server {
     std::vector<std::uint64_t> keys = std::move(r.keys);
     push_grads grads;
     const std::size_t values = keys.size() * h.dim;
-    if constexpr (std::is_same_v<PushCodec, compress::identity>) {
+    if (codec_.lossless) {
       if (h.codec != wire_codec::fp32)
         fail(errc::bad_message, cat("ps protocol: push codec ", static_cast<int>(h.codec),
                                     " but this server expects fp32 gradients"));
@@ -803,7 +827,7 @@ class server {
       if (h.codec != wire_codec::compressed)
         fail(errc::bad_message,
              cat("ps protocol: push codec ", static_cast<int>(h.codec), " but this server expects ",
-                 PushCodec::name, "-compressed gradients"));
+                 codec_.name, "-compressed gradients"));
       grads.decoded.resize(values);
       codec_.decode(r.values, std::span<float>(grads.decoded));  // validates the size
       grads.values = grads.decoded;
@@ -813,7 +837,7 @@ class server {
 
     table_state& tab = *tables_[h.table];
     const auto w = static_cast<std::size_t>(worker);
-    if constexpr (Consistency::aggregates_step) {
+    if (rule_.aggregates_step) {
       std::unique_lock lock(tab.mutex);
       check_push_step(tab, h.table, worker, h.step);
       ++tab.received[w];
@@ -995,11 +1019,12 @@ class server {
 
   shard_map map_;
   int index_;
+  consistency_rule rule_;
   Optimizer optimizer_;
   DenseOptimizer dense_optimizer_;
   std::size_t dense_table_ = no_dense_table;
   server_options options_;
-  PushCodec codec_;
+  push_decoding codec_;
   std::vector<std::unique_ptr<table_state>> tables_;
   std::mutex queue_mutex_;
   std::vector<worker_queue> queues_;
@@ -1017,6 +1042,33 @@ class server {
   bool inline_ = false;  // threads == 1: serve()'s thread handles every request itself
   std::atomic<std::uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
       bytes_received_{0}, bytes_sent_{0}, deferred_pulls_{0}, max_staleness_{0};
+};
+
+/// One parameter-server shard with its consistency policy and push codec given as types (what
+/// clients and trainers name): `server_core` with `rule_of<Consistency>` and PushCodec's
+/// decoder.
+template <optim::table_optimizer Optimizer, consistency Consistency,
+          compress::compressor PushCodec = compress::identity,
+          optim::sparse_optimizer DenseOptimizer = optim::default_dense_t<Optimizer>>
+class server : public server_core<Optimizer, DenseOptimizer> {
+  using core = server_core<Optimizer, DenseOptimizer>;
+
+ public:
+  using core_type = core;
+  using consistency_type = Consistency;
+  using push_codec_type = PushCodec;
+
+  /// The shard of server `server_index` of `map`.
+  server(shard_map map, int server_index, Optimizer optimizer = {}, server_options options = {},
+         PushCodec codec = {})
+      : core(std::move(map), server_index, rule_of<Consistency>, optimizer, options,
+             push_decoding::of(std::move(codec))) {}
+
+  /// As above, with table `dense_table` of `map` updated by `dense_optimizer`.
+  server(shard_map map, int server_index, Optimizer optimizer, DenseOptimizer dense_optimizer,
+         std::size_t dense_table, server_options options = {}, PushCodec codec = {})
+      : core(std::move(map), server_index, rule_of<Consistency>, optimizer, dense_optimizer,
+             dense_table, options, push_decoding::of(std::move(codec))) {}
 };
 
 }  // namespace strata::ps
