@@ -18,7 +18,7 @@ using namespace strata::embedding;
 namespace {
 /// Trains `s` for a few steps with duplicate keys on table 1.
 template <class S>
-void train(S& s, std::size_t dim, std::uint64_t rows) {
+void train_steps(S& s, std::size_t dim, std::uint64_t rows) {
   for (std::uint64_t step = 0; step < 5; ++step) {
     const std::size_t n = 3000;
     std::vector<std::uint64_t> keys(n);
@@ -60,8 +60,8 @@ TEMPLATE_TEST_CASE("hash_table trains exactly like local", "[embedding][hash_tab
   const std::vector<table_spec> specs{{"a", 10, 4}, {"b", 2000, 8}};
   local<TestType> dense(specs, {}, {.seed = 5});
   hash_table<TestType> hashed(specs, {}, {.seed = 5});
-  train(dense, 8, 2000);
-  train(hashed, 8, 2000);
+  train_steps(dense, 8, 2000);
+  train_steps(hashed, 8, 2000);
   std::size_t rows = 0;
   hashed.for_each_row(1, [&](std::uint64_t k, std::span<const float> w, std::span<const float> s) {
     ++rows;

@@ -60,7 +60,7 @@ std::vector<float> rows_of(Storage& storage, std::size_t t) {
 
 /// Three steps of every table into `storage`.
 template <class Storage>
-void train(Storage& storage) {
+void train_steps(Storage& storage) {
   for (int s = 0; s < 3; ++s)
     for (std::size_t t = 0; t < specs.size(); ++t)
       storage.apply_gradients(t, keys_of(t, s), grads_of(t, s));
@@ -93,10 +93,10 @@ TEST_CASE("local and hash tables update each table with its group's optimizer, b
   embedding::local<optim::ftrl> wide_only(specs, g.first);
   embedding::local<optim::adagrad> deep_only(specs, g.second);
   embedding::hash_table<groups> hashed(specs, g);
-  train(grouped);
-  train(wide_only);
-  train(deep_only);
-  train(hashed);
+  train_steps(grouped);
+  train_steps(wide_only);
+  train_steps(deep_only);
+  train_steps(hashed);
   for (std::size_t t = 0; t < specs.size(); ++t) {
     INFO("table " << t);
     const auto want = g.uses_first(t) ? rows_of(wide_only, t) : rows_of(deep_only, t);
@@ -112,7 +112,7 @@ TEST_CASE("a parameter-server shard updates each table with its group's optimize
           "[optim][groups][ps]") {
   const auto g = make_groups();
   embedding::local<groups> reference(specs, g);
-  train(reference);
+  train_steps(reference);
   std::vector<std::vector<float>> want;
   for (std::size_t t = 0; t < specs.size(); ++t)
     want.push_back(rows_of(reference, t));

@@ -1,4 +1,4 @@
-// The listener behind strata_test::exit_code: include it only in a runner's main file (after
+// The listener behind strata_test::exit_code: included only by support/catch_session.cpp (after
 // `#define CATCH_CONFIG_RUNNER` and <catch2/catch.hpp>, where Catch's listener base exists).
 // Per case it records whether the case skipped and whether it failed for any other reason: a
 // skipped case that trips `--warn NoAssertions` is not a failure, a failed assertion always is.
