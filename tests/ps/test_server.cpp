@@ -656,3 +656,25 @@ TEST_CASE("server_core and client_core take the policy and the push codec at run
   }),
                       Catch::Contains("int8_block-compressed gradients"));
 }
+
+TEST_CASE("a run-time consistency rule or push decoding that no policy has is refused",
+          "[ps][consistency][errors]") {
+  const ps::shard_map map(ps::layout::dedicated(1, 1), {{"user", 64, 4}});
+  const auto refused = [&](ps::consistency_rule rule, const char* why) {
+    REQUIRE_THROWS_WITH(ps::server_core<optim::sgd>(map, 0, rule),
+                        Catch::Contains("ps::server: consistency rule") && Catch::Contains(why) &&
+                            Catch::Contains("ps::rule_of"));
+  };
+  refused({"odd", 1, true, false, 0}, "does not block");
+  refused({"bounded", 3, false, true, std::uint64_t{1} << 24}, "2^24 steps or more");
+  refused({nullptr, 1, true, true, 0}, "has no name");
+  REQUIRE_THROWS_WITH(ps::check_rule({"wide", 3, false, true, ps::no_bound}, "ps::client"),
+                      Catch::Contains("ps::client: consistency rule 'wide'"));
+  // Every policy's own rule passes.
+  ps::check_rule(ps::rule_of<ps::sync>, "test");
+  ps::check_rule(ps::rule_of<ps::async>, "test");
+  ps::check_rule(ps::rule_of<ps::bounded<(std::uint64_t{1} << 24) - 1>>, "test");
+  REQUIRE_THROWS_WITH(ps::server_core<optim::sgd>(map, 0, ps::rule_of<ps::sync>, {}, {},
+                                                  ps::push_decoding{"int8_block", false, {}}),
+                      Catch::Contains("push codec 'int8_block' is lossy but has no decoder"));
+}

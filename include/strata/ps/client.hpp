@@ -171,6 +171,7 @@ class client_core {
   client_core(Transport& t, shard_map map, consistency_rule rule, client_options options = {},
               PushCodec codec = {})
       : t_(&t), map_(std::move(map)), rule_(rule), options_(options), codec_(std::move(codec)) {
+    check_rule(rule_, "ps::client");
     map_.roles().check_size(t.size());
     worker_ = map_.roles().worker_index(t.rank());
     const auto servers = static_cast<std::size_t>(map_.roles().servers());

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "strata/core/error.hpp"
+
 namespace strata::ps {
 
 /// A consistency policy: static facts the server and the trainer act on.
@@ -74,6 +76,23 @@ struct consistency_rule {
   bool blocks_on_step = sync::blocks_on_step;
   std::uint64_t max_staleness = sync::max_staleness;
 };
+
+/// Refuses a rule no policy has: a summing policy that does not block, a blocking bound of
+/// 2^24 steps or more (`bounded<S>`'s limit), or no name. `who` names the caller.
+inline void check_rule(const consistency_rule& rule, const char* who) {
+  const auto refuse = [&](const char* why) {
+    throw error(
+        errc::invalid_argument,
+        cat(who, ": consistency rule '", rule.name ? rule.name : "(no name)", "' (code ", rule.code,
+            ") ", why, "; use ps::rule_of<ps::sync / ps::async / ps::bounded<S>>"));
+  };
+  if (rule.name == nullptr) refuse("has no name");
+  if (rule.aggregates_step && !rule.blocks_on_step)
+    refuse("sums each step's pushes but does not block pulls on the step");
+  if (rule.blocks_on_step && !rule.aggregates_step &&
+      rule.max_staleness >= (std::uint64_t{1} << 24))
+    refuse("blocks pulls with a staleness bound of 2^24 steps or more");
+}
 
 /// The run-time facts of policy `C`.
 template <consistency C>

@@ -170,6 +170,11 @@ class server_core {
         dense_table_(dense_table),
         options_(options),
         codec_(std::move(codec)) {
+    check_rule(rule_, "ps::server");
+    if (!codec_.lossless && !codec_.decode)
+      fail(errc::invalid_argument,
+           cat("ps::server: push codec '", codec_.name ? codec_.name : "(no name)",
+               "' is lossy but has no decoder; use ps::push_decoding::of(codec)"));
     STRATA_EXPECTS(dense_table == no_dense_table || dense_table < map_.table_count(),
                    "ps::server: dense_table ", dense_table, " outside the map's ",
                    map_.table_count(), " tables");
