@@ -45,10 +45,10 @@ data::ctr_dataset make_data(std::size_t n, std::uint64_t rows) {
   return set;
 }
 
-template <class Trainer>
+template <class Trainer, class Communicator = typename Trainer::communicator_type>
 train::train_report run(const models::dlrm::config& model, const train::trainer_options& options,
-                        const data::ctr_dataset& set) {
-  Trainer trainer(model, optim::adagrad{.lr = 0.02f}, options);
+                        const data::ctr_dataset& set, Communicator communicator = {}) {
+  Trainer trainer(model, optim::adagrad{.lr = 0.02f}, options, -1, communicator);
   return trainer.fit(set);
 }
 
@@ -77,22 +77,22 @@ int main(int argc, char** argv) {
                                           std::string("--checksums")) != opts.rest.end();
     const auto set = make_data(options.batch * 4 * options.max_steps, rows);
 
+    // The compositions ctr_train runs: the PS consistency is a run-time rule there.
     using local = embedding::local<optim::adagrad>;
-    using sharded = embedding::sharded<optim::adagrad>;
+    using sharded = embedding::sharded<optim::adagrad, ps::run_time_rule>;
+    using ps_strategy = train::parameter_server<ps::run_time_rule>;
+    using hybrid_strategy = train::hybrid<ps::run_time_rule>;
     using dlrm = models::dlrm;
     const auto allreduce =
         run<train::trainer<dlrm, local, comm::ring_allreduce>>(model, options, set);
-    const auto hybrid =
-        run<train::trainer<dlrm, sharded, train::hybrid<ps::sync>>>(model, options, set);
-    const auto ps =
-        run<train::trainer<dlrm, sharded, train::parameter_server<ps::sync>>>(model, options, set);
+    const auto hybrid = run<train::trainer<dlrm, sharded, hybrid_strategy>>(model, options, set);
+    const auto ps = run<train::trainer<dlrm, sharded, ps_strategy>>(model, options, set);
     const auto hybrid_int8 =
-        run<train::trainer<dlrm, sharded, train::hybrid<ps::sync>,
+        run<train::trainer<dlrm, sharded, hybrid_strategy,
                            compress::error_feedback<compress::int8_block<256>>>>(model, options,
                                                                                  set);
-    const auto async_ps =
-        run<train::trainer<dlrm, embedding::sharded<optim::adagrad, ps::async>,
-                           train::parameter_server<ps::async>>>(model, options, set);
+    const auto async_ps = run<train::trainer<dlrm, sharded, ps_strategy>>(
+        model, options, set, ps_strategy{.rule = ps::rule_of<ps::async>});
     if (allreduce.dense_checksum != hybrid.dense_checksum ||
         allreduce.dense_checksum != ps.dense_checksum ||
         allreduce.embedding_checksum != ps.embedding_checksum)

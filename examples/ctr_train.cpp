@@ -34,7 +34,9 @@ struct eval_or_none {
       "Adam\n"
       "                                for the deep MLP)\n"
       "  --strategy auto|allreduce|ps|hybrid   how embeddings and dense parameters travel\n"
-      "  --consistency sync|async|bounded      PS update consistency (bounded = bounded<2>)\n"
+      "  --consistency sync|async|bounded      PS update consistency (bounded: bounded<S>)\n"
+      "  --staleness S                 bounded's S: a pull may run S steps ahead of the slowest\n"
+      "                                worker's applied pushes (0..16777215, default 2)\n"
       "  --compressor none|fp16|int8|topk   dense gradients / PS pushes on the wire (int8: "
       "256-value\n"
       "                                blocks with error feedback; topk: the dense allreduce\n"
@@ -346,7 +348,10 @@ flags parse(int argc, char** argv) {
       f.strategy_given = f.strategy != "auto";
     } else if (a == "--consistency")
       f.consistency = cli::parse_name(a, value(), {"sync", "async", "bounded"});
-    else if (a == "--compressor") {
+    else if (a == "--staleness") {
+      f.staleness = integer(std::uint64_t{0}, (std::uint64_t{1} << 24) - 1);
+      f.staleness_given = true;
+    } else if (a == "--compressor") {
       f.compressor = cli::parse_name(a, value(), {"none", "fp16", "int8", "topk"});
       f.compressor_given = true;
     } else if (a == "--fp16-pulls")
@@ -483,6 +488,9 @@ flags parse(int argc, char** argv) {
                  "its N-th send of that phase)");
   STRATA_EXPECTS(f.strategy != "allreduce" || f.consistency == "sync",
                  "--strategy allreduce is always synchronous; use --consistency sync");
+  STRATA_EXPECTS(!f.staleness_given || f.consistency == "bounded",
+                 "--staleness bounds --consistency bounded; with --consistency ", f.consistency,
+                 " drop it (or pass --consistency bounded)");
   STRATA_EXPECTS(!f.advise || f.link_given,
                  "--advise needs the cluster's network: --link-gbps G "
                  "(and --link-latency-us U)");

@@ -1,9 +1,9 @@
 // ctr_train's shared part: the parsed flags, the loaded data, and the trainer compositions the
-// flags dispatch to. Every model's compositions (25 each: strategy x consistency x compressor)
-// are instantiated in its own translation unit — ctr_train_dlrm.cpp, ctr_train_wide_deep.cpp,
-// ctr_train_gpu.cpp (CUDA builds) — so they compile in parallel; ctr_train.cpp parses the
-// flags, loads the data, runs the advisor and calls train_dlrm / train_wide_deep /
-// train_gpu_dlrm.
+// flags dispatch to. Every model's compositions (11 each: allreduce, ps and hybrid x compressor;
+// the PS consistency is a run-time rule, ps::run_time_rule) are instantiated in its own translation
+// unit — ctr_train_dlrm.cpp, ctr_train_wide_deep.cpp, ctr_train_gpu.cpp (CUDA builds) — so they
+// compile in parallel; ctr_train.cpp parses the flags, loads the data, runs the advisor and calls
+// train_dlrm / train_wide_deep / train_gpu_dlrm.
 #pragma once
 
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 
 #include "strata/comm/any_transport.hpp"
 #include "strata/comm/fault.hpp"
@@ -60,6 +61,8 @@ struct flags {
   std::string model = "dlrm";
   std::string strategy = "hybrid";
   std::string consistency = "sync";
+  std::uint64_t staleness = 2;  ///< --consistency bounded's S (--staleness)
+  bool staleness_given = false;
   std::string compressor = "int8";
   std::string data, eval_data;
   std::size_t synthetic = 200'000;
@@ -156,25 +159,27 @@ void export_bundle(const flags& f, const Trainer& trainer,
   }
 }
 
-template <class Trainer>
+template <class Trainer, class Communicator>
 void run(const flags& f, const typename Trainer::model_type::config& model_config,
          typename Trainer::optimizer_type optimizer,
-         typename Trainer::dense_optimizer_type dense_optimizer, const datasets& d) {
+         typename Trainer::dense_optimizer_type dense_optimizer, const datasets& d,
+         const Communicator& communicator) {
   const data::example_source* eval =
       d.eval && d.eval->size() > 0 && f.probe_out == nullptr ? d.eval.get() : nullptr;
   train::train_report r;
   if (f.probe_out != nullptr) {  // an advisor's probe: threads, no link, nothing printed
-    Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
+    Trainer trainer(model_config, optimizer, dense_optimizer, f.options, -1, communicator);
     f.probe_out->report = trainer.fit(*d.train, nullptr);
     f.probe_out->dense_floats = typename Trainer::model_type(model_config).parameters().size();
     return;
   }
   if (f.process != nullptr) {
-    Trainer trainer(model_config, optimizer, dense_optimizer, f.options, f.process->rank());
+    Trainer trainer(model_config, optimizer, dense_optimizer, f.options, f.process->rank(),
+                    communicator);
     r = trainer.fit(*f.process, *d.train, eval);
     if (!f.leader()) return;  // rank 0 prints the table
   } else {
-    Trainer trainer(model_config, optimizer, dense_optimizer, f.options);
+    Trainer trainer(model_config, optimizer, dense_optimizer, f.options, -1, communicator);
     r = trainer.fit(*d.train, eval);
     if (!f.export_dir.empty()) export_bundle(f, trainer, model_config, r.steps);
   }
@@ -201,63 +206,52 @@ inline constexpr bool is_hybrid<train::hybrid<C, A>> = true;
 template <class Model, class Storage, class Communicator, class DenseOptimizer>
 void with_compressor(const flags& f, const typename Model::config& config,
                      typename Storage::optimizer_type optimizer, DenseOptimizer dense_optimizer,
-                     const datasets& d) {
-  if (f.compressor == "none")
-    return run<train::trainer<Model, Storage, Communicator, compress::identity, comm::any_transport,
-                              DenseOptimizer>>(f, config, optimizer, dense_optimizer, d);
-  if (f.compressor == "fp16")
-    return run<train::trainer<Model, Storage, Communicator, compress::fp16, comm::any_transport,
-                              DenseOptimizer>>(f, config, optimizer, dense_optimizer, d);
-  if (f.compressor == "int8")
-    return run<train::trainer<Model, Storage, Communicator,
-                              compress::error_feedback<compress::int8_block<256>>,
-                              comm::any_transport, DenseOptimizer>>(f, config, optimizer,
-                                                                    dense_optimizer, d);
+                     const datasets& d, const Communicator& communicator = {}) {
+  const auto run_with = [&]<class Compressor>(std::type_identity<Compressor>) {
+    run<train::trainer<Model, Storage, Communicator, Compressor, comm::any_transport,
+                       DenseOptimizer>>(f, config, optimizer, dense_optimizer, d, communicator);
+  };
+  using int8 = compress::error_feedback<compress::int8_block<256>>;
+  if (f.compressor == "none") return run_with(std::type_identity<compress::identity>{});
+  if (f.compressor == "fp16") return run_with(std::type_identity<compress::fp16>{});
+  if (f.compressor == "int8") return run_with(std::type_identity<int8>{});
   if (f.compressor == "topk") {
     // Top-k sparsifies the dense gradients' allreduce; hybrid's row pushes (sparse already)
     // travel int8 with error feedback; the parameter-server strategy has no allreduce.
     using topk = compress::error_feedback<compress::topk>;
-    using int8 = compress::error_feedback<compress::int8_block<256>>;
     if constexpr (is_parameter_server<Communicator>)
       fail(errc::invalid_argument,
            "--compressor topk sparsifies the dense allreduce, which --strategy ps does not run "
            "(its dense gradients are pushes); use allreduce or hybrid, or int8 / fp16 with ps");
     else if constexpr (is_hybrid<Communicator>)
-      return run<train::trainer<Model, Storage, Communicator, compress::per_path<topk, int8>,
-                                comm::any_transport, DenseOptimizer>>(f, config, optimizer,
-                                                                      dense_optimizer, d);
+      return run_with(std::type_identity<compress::per_path<topk, int8>>{});
     else
-      return run<
-          train::trainer<Model, Storage, Communicator, topk, comm::any_transport, DenseOptimizer>>(
-          f, config, optimizer, dense_optimizer, d);
+      return run_with(std::type_identity<topk>{});
   }
   fail(errc::invalid_argument,
        cat("--compressor must be none, fp16, int8 or topk, got '", f.compressor, "'"));
 }
 
-template <class C>
-using ps_strategy = train::parameter_server<C>;
-template <class C>
-using hybrid_strategy = train::hybrid<C>;
-
-template <class Model, class Optimizer, class DenseOptimizer, template <class> class Strategy>
-void with_consistency(const flags& f, const typename Model::config& config, Optimizer optimizer,
-                      DenseOptimizer dense_optimizer, const datasets& d) {
-  // The storage and the communicator name the same consistency (the trainer checks).
-  using sync_tables = embedding::sharded<Optimizer, ps::sync, comm::any_transport>;
-  using async_tables = embedding::sharded<Optimizer, ps::async, comm::any_transport>;
-  using bounded_tables = embedding::sharded<Optimizer, ps::bounded<2>, comm::any_transport>;
-  if (f.consistency == "sync")
-    return with_compressor<Model, sync_tables, Strategy<ps::sync>>(f, config, optimizer,
-                                                                   dense_optimizer, d);
-  if (f.consistency == "async")
-    return with_compressor<Model, async_tables, Strategy<ps::async>>(f, config, optimizer,
-                                                                     dense_optimizer, d);
-  if (f.consistency == "bounded")
-    return with_compressor<Model, bounded_tables, Strategy<ps::bounded<2>>>(f, config, optimizer,
-                                                                            dense_optimizer, d);
+/// The flags' consistency as a run-time rule (bounded: --staleness S, default 2).
+inline ps::consistency_rule consistency_rule(const flags& f) {
+  if (f.consistency == "sync") return ps::rule_of<ps::sync>;
+  if (f.consistency == "async") return ps::rule_of<ps::async>;
+  if (f.consistency == "bounded") {
+    return ps::bounded_rule(f.staleness);
+  }
   fail(errc::invalid_argument,
        cat("--consistency must be sync, async or bounded, got '", f.consistency, "'"));
+}
+
+/// The PS strategies with the consistency chosen at run time: one composition per strategy
+/// and compressor serves sync, async and every bounded<S>.
+template <class Model, class Optimizer, class DenseOptimizer, class Strategy>
+void with_consistency(const flags& f, const typename Model::config& config, Optimizer optimizer,
+                      DenseOptimizer dense_optimizer, const datasets& d) {
+  using tables = embedding::sharded<Optimizer, ps::run_time_rule, comm::any_transport>;
+  Strategy strategy;
+  strategy.rule = consistency_rule(f);
+  with_compressor<Model, tables>(f, config, optimizer, dense_optimizer, d, strategy);
 }
 
 /// Dispatches the flags to one compile-time composition of the trainer: `optimizer` for the
@@ -289,11 +283,12 @@ void dispatch(const flags& f, const typename Model::config& config, Optimizer op
         f, config, optimizer, dense_optimizer, d);
   }
   if (strategy == "ps")
-    return with_consistency<Model, Optimizer, DenseOptimizer, ps_strategy>(f, config, optimizer,
-                                                                           dense_optimizer, d);
+    return with_consistency<Model, Optimizer, DenseOptimizer,
+                            train::parameter_server<ps::run_time_rule>>(f, config, optimizer,
+                                                                        dense_optimizer, d);
   if (strategy == "hybrid")
-    return with_consistency<Model, Optimizer, DenseOptimizer, hybrid_strategy>(f, config, optimizer,
-                                                                               dense_optimizer, d);
+    return with_consistency<Model, Optimizer, DenseOptimizer, train::hybrid<ps::run_time_rule>>(
+        f, config, optimizer, dense_optimizer, d);
   fail(errc::invalid_argument,
        cat("--strategy must be auto, allreduce, ps or hybrid, got '", strategy, "'"));
 }

@@ -40,6 +40,8 @@ set(cases
   "1|--bottom-mlp: Wide & Deep has no bottom MLP|--model|wide_deep|--bottom-mlp|64|${nodata}"
   "1|--gemm: 'mkl' is not accepted~ accepted: cblas, onednn, eigen|--gemm|mkl"
   "1|--strategy allreduce is always synchronous|--strategy|allreduce|--consistency|async|${nodata}"
+  "1|--staleness bounds --consistency bounded~ with --consistency async drop it|--consistency|async|--staleness|3|${nodata}"
+  "1|--staleness: '16777216' is out of range~ accepted: integers 0 .. 16777215|--staleness|16777216"
   "1|exists and is not a directory|--checkpoint-dir|${WORK}/a-file|${nodata}"
   "1|--resume needs --checkpoint-dir|--resume|${nodata}"
   "1|the directory ${WORK}/no-such-dir does not exist|--trace|${WORK}/no-such-dir/t.json|${nodata}"

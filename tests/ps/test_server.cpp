@@ -582,6 +582,12 @@ TEST_CASE("server_core and client_core take the policy and the push codec at run
   STATIC_REQUIRE(ps::rule_of<ps::async>.max_staleness == ps::no_bound);
   // bounded<5> as a run-time value (what a bound chosen at run time is).
   const ps::consistency_rule bounded5{"bounded", 3u | (5u << 8), false, true, 5};
+  const ps::consistency_rule chosen = ps::bounded_rule(5);
+  CHECK(std::string(chosen.name) == "bounded");
+  CHECK(chosen.code == bounded5.code);
+  CHECK(chosen.aggregates_step == bounded5.aggregates_step);
+  CHECK(chosen.blocks_on_step == bounded5.blocks_on_step);
+  CHECK(chosen.max_staleness == bounded5.max_staleness);
   const ps::shard_map map(ps::layout::dedicated(1, 1), {{"user", 64, 4}});
   const optim::sgd sgd{.lr = 0.5f};
   const auto keys = iota_keys(24, 7);
@@ -623,8 +629,16 @@ TEST_CASE("server_core and client_core take the policy and the push codec at run
       [&](comm::thread_transport& t) {
         return ps::client_core<comm::thread_transport, int8>(t, map, bounded5);
       });
+  // The typed wrappers with ps::run_time_rule as the type (what trainers name).
+  const auto chosen_at_run_time =
+      train([&] { return ps::server<optim::sgd, ps::run_time_rule, int8>(map, 0, chosen, sgd); },
+            [&](comm::thread_transport& t) {
+              return ps::client<ps::run_time_rule, comm::thread_transport, int8>(t, map, chosen);
+            });
   REQUIRE(typed.size() == at_run_time.size());
   CHECK(std::memcmp(typed.data(), at_run_time.data(), typed.size() * sizeof(float)) == 0);
+  REQUIRE(typed.size() == chosen_at_run_time.size());
+  CHECK(std::memcmp(typed.data(), chosen_at_run_time.data(), typed.size() * sizeof(float)) == 0);
   // The rows moved (the pushes were decoded and applied).
   CHECK(typed[0] != embedding::uniform_init{}.value(0, keys[0], 0, 4));
 
@@ -657,7 +671,7 @@ TEST_CASE("server_core and client_core take the policy and the push codec at run
                       Catch::Contains("int8_block-compressed gradients"));
 }
 
-TEST_CASE("a run-time consistency rule or push decoding that no policy has is refused",
+TEST_CASE("a run-time consistency rule that no policy has, or not the type's, is refused",
           "[ps][consistency][errors]") {
   const ps::shard_map map(ps::layout::dedicated(1, 1), {{"user", 64, 4}});
   const auto refused = [&](ps::consistency_rule rule, const char* why) {
@@ -674,7 +688,24 @@ TEST_CASE("a run-time consistency rule or push decoding that no policy has is re
   ps::check_rule(ps::rule_of<ps::sync>, "test");
   ps::check_rule(ps::rule_of<ps::async>, "test");
   ps::check_rule(ps::rule_of<ps::bounded<(std::uint64_t{1} << 24) - 1>>, "test");
-  REQUIRE_THROWS_WITH(ps::server_core<optim::sgd>(map, 0, ps::rule_of<ps::sync>, {}, {},
-                                                  ps::push_decoding{"int8_block", false, {}}),
-                      Catch::Contains("push codec 'int8_block' is lossy but has no decoder"));
+  // A bound chosen at run time: 2^24 steps or more is refused with the limit.
+  REQUIRE_THROWS_WITH(ps::bounded_rule(std::uint64_t{1} << 24),
+                      Catch::Contains("ps::bounded_rule") && Catch::Contains("below 2^24"));
+  CHECK(ps::bounded_rule((std::uint64_t{1} << 24) - 1).code ==
+        ps::rule_of<ps::bounded<(std::uint64_t{1} << 24) - 1>>.code);
+  // A policy type takes only its own rule (run_time_rule takes any valid one).
+  using sync_server = ps::server<optim::sgd, ps::sync>;
+  using bounded2_server = ps::server<optim::sgd, ps::bounded<2>>;
+  using bounded3_server = ps::server<optim::sgd, ps::bounded<3>>;
+  using chosen_server = ps::server<optim::sgd, ps::run_time_rule>;
+  REQUIRE_THROWS_WITH(sync_server(map, 0, ps::rule_of<ps::async>),
+                      Catch::Contains("ps::server: consistency rule 'async'") &&
+                          Catch::Contains("given to a sync") &&
+                          Catch::Contains("ps::run_time_rule"));
+  REQUIRE_THROWS_WITH(bounded2_server(map, 0, ps::bounded_rule(3)),
+                      Catch::Contains("given to a bounded"));
+  REQUIRE_THROWS_WITH(chosen_server(map, 0, ps::consistency_rule{"odd", 1, true, false, 0}),
+                      Catch::Contains("does not block"));
+  CHECK_NOTHROW(bounded3_server(map, 0, ps::bounded_rule(3)));
+  CHECK_NOTHROW(chosen_server(map, 0, ps::bounded_rule(3)));
 }

@@ -211,8 +211,8 @@ TEST_CASE("hosted_servers run dedicated and co-located server ranks and route ro
     const auto roles = colocated ? ps::layout::colocated(2) : ps::layout::dedicated(2, 1);
     const ps::shard_map map(roles, specs);
     train::hosted_servers<server_type> servers(
-        map, [](int) { return true; }, optim::sgd{}, optim::sgd{}, server_type::no_dense_table,
-        ps::server_options{});
+        map, [](int) { return true; }, ps::rule_of<ps::sync>, optim::sgd{}, optim::sgd{},
+        server_type::no_dense_table, ps::server_options{});
     REQUIRE((servers.at_rank(0) != nullptr) == colocated);
     // Each key goes to the one server that owns it, whichever rank loads it.
     int imported = 0;

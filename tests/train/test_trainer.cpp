@@ -338,9 +338,11 @@ TEST_CASE("async PS prefetches the next step's rows: deterministic at one worker
   options.max_steps = 0;
   options.epochs = 2;
   using async_t = async_ps_trainer<optim::adagrad>;
-  STATIC_REQUIRE(async_t::prefetch);
-  STATIC_REQUIRE(!ps_trainer<optim::adagrad>::prefetch);
-  const auto first = async_t(small_dlrm(), opt, options).fit(data, &eval);
+  async_t prefetching(small_dlrm(), opt, options);
+  REQUIRE(prefetching.prefetches());
+  REQUIRE(!ps_trainer<optim::adagrad>(small_dlrm(), opt, options).prefetches());
+  REQUIRE(!allreduce_trainer<optim::adagrad>(small_dlrm(), opt, options).prefetches());
+  const auto first = prefetching.fit(data, &eval);
   const auto second = async_t(small_dlrm(), opt, options).fit(data, &eval);
   const auto sync = ps_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data, &eval);
   // One worker: the pull of step s + 1 always reaches the server before the push of step s
@@ -352,6 +354,56 @@ TEST_CASE("async PS prefetches the next step's rows: deterministic at one worker
   // One step of staleness costs little.
   INFO("async prefetch AUC " << first.evals.back().auc << ", sync " << sync.evals.back().auc);
   CHECK(first.evals.back().auc > sync.evals.back().auc - 0.02);
+}
+
+TEST_CASE("a consistency chosen at run time trains bitwise the typed policy's model",
+          "[train][consistency]") {
+  const auto data = make_data(1500, 17);
+  optim::adagrad opt;
+  opt.lr = 0.05f;
+  using chosen_tables = embedding::sharded<optim::adagrad, ps::run_time_rule>;
+  using chosen_ps =
+      train::trainer<models::dlrm, chosen_tables, train::parameter_server<ps::run_time_rule>>;
+  using chosen_hybrid =
+      train::trainer<models::dlrm, chosen_tables, train::hybrid<ps::run_time_rule>, compress::fp16>;
+  const auto same = [](const train::train_report& a, const train::train_report& b) {
+    REQUIRE(a.steps == b.steps);
+    CHECK(a.dense_checksum == b.dense_checksum);
+    CHECK(a.embedding_checksum == b.embedding_checksum);
+  };
+  SECTION("sync: 3 workers, 2 servers") {
+    const auto options = base_options(3, 8);
+    chosen_ps chosen(small_dlrm(), opt, options, -1, {.rule = ps::rule_of<ps::sync>});
+    CHECK(!chosen.prefetches());
+    same(chosen.fit(data), ps_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data));
+  }
+  SECTION("async: one worker prefetches as the typed policy does (deterministic there)") {
+    auto options = base_options(1, 24);
+    options.servers = 1;
+    chosen_ps chosen(small_dlrm(), opt, options, -1, {.rule = ps::rule_of<ps::async>});
+    CHECK(chosen.prefetches());
+    const auto typed = async_ps_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data);
+    same(chosen.fit(data), typed);
+    // ...and differs from sync (the prefetched rows miss the step's own push).
+    CHECK(typed.dense_checksum !=
+          ps_trainer<optim::adagrad>(small_dlrm(), opt, options).fit(data).dense_checksum);
+  }
+  SECTION("bounded<2> under hybrid with fp16 pushes: one worker") {
+    auto options = base_options(1, 24);
+    using typed_t = train::trainer<models::dlrm, embedding::sharded<optim::adagrad, ps::bounded<2>>,
+                                   train::hybrid<ps::bounded<2>>, compress::fp16>;
+    chosen_hybrid chosen(small_dlrm(), opt, options, -1, {.rule = ps::bounded_rule(2)});
+    CHECK(!chosen.prefetches());
+    const auto r = chosen.fit(data);
+    same(r, typed_t(small_dlrm(), opt, options).fit(data));
+    for (const auto& s : r.server_stats)
+      CHECK(s.max_staleness <= 2);
+  }
+  SECTION("a rule no policy has is refused when the trainer is built") {
+    REQUIRE_THROWS_WITH(
+        chosen_ps(small_dlrm(), opt, base_options(2, 8), -1, {.rule = {"odd", 1, true, false, 0}}),
+        Catch::Contains("trainer: consistency rule 'odd'") && Catch::Contains("does not block"));
+  }
 }
 
 TEST_CASE("auto_strategy picks each branch from the model's sizes", "[train][strategy]") {

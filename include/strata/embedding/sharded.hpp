@@ -35,7 +35,7 @@ namespace strata::embedding {
 ///   it.
 /// Thread-safety: calls are serialised by an internal mutex (the client is single-threaded).
 /// Cost: see `ps::client`.
-template <optim::table_optimizer Optimizer, ps::consistency Consistency = ps::sync,
+template <optim::table_optimizer Optimizer, ps::consistency_choice Consistency = ps::sync,
           comm::transport Transport = comm::thread_transport,
           compress::compressor PushCodec = compress::identity>
 class sharded {
@@ -49,8 +49,14 @@ class sharded {
   using rebind_consistency = sharded<Optimizer, C, Transport, PushCodec>;
 
   /// A worker-side storage on rank `t.rank()` (a worker of `map`'s layout).
-  sharded(Transport& t, ps::shard_map map, ps::client_options options = {}, PushCodec codec = {})
+  sharded(Transport& t, ps::shard_map map, ps::client_options options = {},
+          PushCodec codec = {}) requires ps::consistency<Consistency>
       : client_(t, std::move(map), options, std::move(codec)) {}
+  /// As above, under `rule`: any rule with `Consistency = ps::run_time_rule`, else
+  /// Consistency's own (`ps::client`).
+  sharded(Transport& t, ps::shard_map map, const ps::consistency_rule& rule,
+          ps::client_options options = {}, PushCodec codec = {})
+      : client_(t, std::move(map), rule, options, std::move(codec)) {}
 
   [[nodiscard]] std::size_t table_count() const noexcept { return client_.map().table_count(); }
   [[nodiscard]] const table_spec& spec(std::size_t table) const {

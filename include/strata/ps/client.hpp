@@ -692,16 +692,26 @@ class client_core {
 };
 
 /// A worker's client with its consistency policy given as a type (what servers, storages and
-/// trainers name): `client_core` with `rule_of<Consistency>`.
-template <consistency Consistency, comm::transport Transport = comm::thread_transport,
+/// trainers name): `client_core` with `rule_of<Consistency>`. With `Consistency =
+/// run_time_rule` the rule is a constructor argument.
+template <consistency_choice Consistency, comm::transport Transport = comm::thread_transport,
           compress::compressor PushCodec = compress::identity>
 class client : public client_core<Transport, PushCodec> {
  public:
   using consistency_type = Consistency;
 
   /// A client on rank `t.rank()`, which must be a worker of `map`'s layout.
-  client(Transport& t, shard_map map, client_options options = {}, PushCodec codec = {})
+  client(Transport& t, shard_map map, client_options options = {},
+         PushCodec codec = {}) requires consistency<Consistency>
       : client_core<Transport, PushCodec>(t, std::move(map), rule_of<Consistency>, options,
+                                          std::move(codec)) {}
+
+  /// As above, under `rule`: any rule under run_time_rule, else Consistency's own (another is
+  /// refused with errc::invalid_argument).
+  client(Transport& t, shard_map map, const consistency_rule& rule, client_options options = {},
+         PushCodec codec = {})
+      : client_core<Transport, PushCodec>(t, std::move(map),
+                                          rule_for<Consistency>(rule, "ps::client"), options,
                                           std::move(codec)) {}
 };
 

@@ -94,9 +94,45 @@ inline void check_rule(const consistency_rule& rule, const char* who) {
     refuse("blocks pulls with a staleness bound of 2^24 steps or more");
 }
 
+/// The rule of `bounded<S>` for a bound S chosen at run time: equal to `rule_of<bounded<S>>`.
+/// S ≥ 2^24 is refused with errc::invalid_argument.
+inline consistency_rule bounded_rule(std::uint64_t staleness) {
+  if (staleness >= (std::uint64_t{1} << 24))
+    throw error(errc::invalid_argument,
+                cat("ps::bounded_rule: staleness bound ", staleness,
+                    " steps is too large; use a bound below 2^24 = 16777216 steps"));
+  return {"bounded", 3u | static_cast<std::uint32_t>(staleness << 8), false, true, staleness};
+}
+
 /// The run-time facts of policy `C`.
 template <consistency C>
 inline constexpr consistency_rule rule_of{C::name, C::code, C::aggregates_step, C::blocks_on_step,
                                           C::max_staleness};
+
+/// The consistency policy chosen at run time: names no policy, so one trainer, storage, client
+/// and server type serves sync, async and every bounded<S>; the `consistency_rule` comes as a
+/// value (e.g. `train::parameter_server<ps::run_time_rule>{.rule = ps::rule_of<ps::async>}`).
+/// A program that offers several policies compiles its trainer once instead of once per policy.
+struct run_time_rule {};
+
+/// A policy as a type (`consistency`) or `run_time_rule`.
+template <class C>
+concept consistency_choice = consistency<C> || std::same_as<C, run_time_rule>;
+
+/// `rule`, checked (`check_rule`) and, when `C` is a policy type, refused unless it is that
+/// policy's own rule: the rule a server or client of consistency choice `C` runs.
+template <consistency_choice C>
+consistency_rule rule_for(const consistency_rule& rule, const char* who) {
+  check_rule(rule, who);
+  if constexpr (consistency<C>) {
+    if (rule.code != C::code || rule.aggregates_step != C::aggregates_step ||
+        rule.blocks_on_step != C::blocks_on_step || rule.max_staleness != C::max_staleness)
+      throw error(errc::invalid_argument,
+                  cat(who, ": consistency rule '", rule.name, "' (code ", rule.code,
+                      ") given to a ", C::name, " (code ", C::code,
+                      ") type; name ps::run_time_rule as the type to choose the rule at run time"));
+  }
+  return rule;
+}
 
 }  // namespace strata::ps

@@ -87,11 +87,10 @@ struct shard_stats {
 };
 
 /// How a server reads pushed gradient rows: the push codec's name and, for a lossy codec, its
-/// decoder (type-erased: one server type for every codec; one call per push). A lossless
-/// (`compress::identity`) push is read in place.
+/// decoder (type-erased: one server type for every codec; one call per push). Without a
+/// decoder the pushes are fp32 (`compress::identity`) and read in place.
 struct push_decoding {
   const char* name = compress::identity::name;
-  bool lossless = true;
   std::function<void(std::span<const std::byte>, std::span<float>)> decode;
 
   /// The decoding of pushes that `codec` encoded.
@@ -99,7 +98,6 @@ struct push_decoding {
   [[nodiscard]] static push_decoding of(Codec codec) {
     push_decoding d;
     d.name = Codec::name;
-    d.lossless = std::is_same_v<Codec, compress::identity>;
     if constexpr (!std::is_same_v<Codec, compress::identity>)
       d.decode = [codec = std::move(codec)](std::span<const std::byte> bytes,
                                             std::span<float> values) {
@@ -171,10 +169,6 @@ class server_core {
         options_(options),
         codec_(std::move(codec)) {
     check_rule(rule_, "ps::server");
-    if (!codec_.lossless && !codec_.decode)
-      fail(errc::invalid_argument,
-           cat("ps::server: push codec '", codec_.name ? codec_.name : "(no name)",
-               "' is lossy but has no decoder; use ps::push_decoding::of(codec)"));
     STRATA_EXPECTS(dense_table == no_dense_table || dense_table < map_.table_count(),
                    "ps::server: dense_table ", dense_table, " outside the map's ",
                    map_.table_count(), " tables");
@@ -813,7 +807,7 @@ class server_core {
     std::vector<std::uint64_t> keys = std::move(r.keys);
     push_grads grads;
     const std::size_t values = keys.size() * h.dim;
-    if (codec_.lossless) {
+    if (!codec_.decode) {
       if (h.codec != wire_codec::fp32)
         fail(errc::bad_message, cat("ps protocol: push codec ", static_cast<int>(h.codec),
                                     " but this server expects fp32 gradients"));
@@ -1051,8 +1045,8 @@ class server_core {
 
 /// One parameter-server shard with its consistency policy and push codec given as types (what
 /// clients and trainers name): `server_core` with `rule_of<Consistency>` and PushCodec's
-/// decoder.
-template <optim::table_optimizer Optimizer, consistency Consistency,
+/// decoder. With `Consistency = run_time_rule` the rule is a constructor argument.
+template <optim::table_optimizer Optimizer, consistency_choice Consistency,
           compress::compressor PushCodec = compress::identity,
           optim::sparse_optimizer DenseOptimizer = optim::default_dense_t<Optimizer>>
 class server : public server_core<Optimizer, DenseOptimizer> {
@@ -1065,15 +1059,30 @@ class server : public server_core<Optimizer, DenseOptimizer> {
 
   /// The shard of server `server_index` of `map`.
   server(shard_map map, int server_index, Optimizer optimizer = {}, server_options options = {},
-         PushCodec codec = {})
+         PushCodec codec = {}) requires consistency<Consistency>
       : core(std::move(map), server_index, rule_of<Consistency>, optimizer, options,
              push_decoding::of(std::move(codec))) {}
 
   /// As above, with table `dense_table` of `map` updated by `dense_optimizer`.
   server(shard_map map, int server_index, Optimizer optimizer, DenseOptimizer dense_optimizer,
-         std::size_t dense_table, server_options options = {}, PushCodec codec = {})
+         std::size_t dense_table, server_options options = {},
+         PushCodec codec = {}) requires consistency<Consistency>
       : core(std::move(map), server_index, rule_of<Consistency>, optimizer, dense_optimizer,
              dense_table, options, push_decoding::of(std::move(codec))) {}
+
+  /// The shard of server `server_index` of `map` under `rule`: any rule under run_time_rule,
+  /// else Consistency's own (another is refused with errc::invalid_argument).
+  server(shard_map map, int server_index, const consistency_rule& rule, Optimizer optimizer = {},
+         server_options options = {}, PushCodec codec = {})
+      : core(std::move(map), server_index, rule_for<Consistency>(rule, "ps::server"), optimizer,
+             options, push_decoding::of(std::move(codec))) {}
+
+  /// As above, with table `dense_table` of `map` updated by `dense_optimizer`.
+  server(shard_map map, int server_index, const consistency_rule& rule, Optimizer optimizer,
+         DenseOptimizer dense_optimizer, std::size_t dense_table, server_options options = {},
+         PushCodec codec = {})
+      : core(std::move(map), server_index, rule_for<Consistency>(rule, "ps::server"), optimizer,
+             dense_optimizer, dense_table, options, push_decoding::of(std::move(codec))) {}
 };
 
 }  // namespace strata::ps

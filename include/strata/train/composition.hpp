@@ -138,15 +138,6 @@ struct trainer_composition {
       allreduce_dense<dense_compressor_type, DenseOptimizer, typename traits::allreduce>>;
   using sparse_path_type = std::conditional_t<on_ps, server_rows<storage_type, error_feedback>,
                                               replicated_rows<Storage>>;
-  /// Under every PS strategy the next step's pull is split-phase. Under ps::async it leaves
-  /// before this step computes (`prefetch`: one step stale at most); under sync and bounded
-  /// right after this step's push, and the dense allreduce runs while the servers answer.
-  static constexpr bool prefetch = [] {
-    if constexpr (on_ps)
-      return sparse_path_type::prefetch;
-    else
-      return false;
-  }();
   using server_type =
       ps::server<optimizer_type, consistency_type, wire_codec_type, dense_optimizer_type>;
   /// The dense path keeps a compressor residual (checkpoints carry it).

@@ -34,10 +34,10 @@ class hosted_servers {
  public:
   hosted_servers() = default;  ///< no servers (strategies without a parameter server)
 
-  /// The servers of `map` whose rank satisfies `runs_here(rank)`; table `dense_table` of the map
-  /// is updated with `dense_optimizer`.
+  /// The servers of `map` whose rank satisfies `runs_here(rank)`, under `rule`; table
+  /// `dense_table` of the map is updated with `dense_optimizer`.
   template <class RunsHere>
-  hosted_servers(const ps::shard_map& map, RunsHere&& runs_here,
+  hosted_servers(const ps::shard_map& map, RunsHere&& runs_here, const ps::consistency_rule& rule,
                  typename Server::optimizer_type optimizer,
                  typename Server::dense_optimizer_type dense_optimizer, std::size_t dense_table,
                  ps::server_options options)
@@ -46,8 +46,8 @@ class hosted_servers {
     servers_.resize(static_cast<std::size_t>(roles.servers()));
     for (int s = 0; s < roles.servers(); ++s)
       if (runs_here(roles.server_rank(s)))
-        servers_[static_cast<std::size_t>(s)] =
-            std::make_unique<Server>(map, s, optimizer, dense_optimizer, dense_table, options);
+        servers_[static_cast<std::size_t>(s)] = std::make_unique<Server>(
+            map, s, rule, optimizer, dense_optimizer, dense_table, options);
   }
 
   /// The server of rank `rank`, or nullptr (not a server rank, or not in this process).

@@ -182,12 +182,13 @@ class server_rows {
  public:
   using storage_type = Storage;
 
-  /// Opens the client on transport `t` (a worker of `map`'s layout) and hands it the
-  /// residuals kept from the previous segment.
+  /// Opens the client on transport `t` (a worker of `map`'s layout) under `rule` and hands it
+  /// the residuals kept from the previous segment.
   template <comm::transport T>
-  void open(T& t, const ps::shard_map& map, ps::client_options options) {
+  void open(T& t, const ps::shard_map& map, const ps::consistency_rule& rule,
+            ps::client_options options) {
     options.error_feedback = error_feedback;
-    storage_.emplace(t, map, options);
+    storage_.emplace(t, map, rule, options);
     if constexpr (error_feedback) {
       for (std::size_t i = 0, at = 0; i < residuals_.keys.size(); ++i) {
         const std::size_t dim = map.spec(residuals_.tables[i]).dim;
@@ -217,11 +218,10 @@ class server_rows {
   /// Every entry's rows in one pipelined round trip.
   void fetch(std::span<const ps::table_pull> pulls) { storage().gather_tables(pulls); }
   /// Split phase: the pull leaves at `begin_fetch` and its rows land at `finish_fetch`. Under
-  /// ps::async the next step's pull may leave before this step computes and pushes (`prefetch`:
-  /// its rows may miss this worker's push, the staleness async allows); under sync and bounded
-  /// it leaves right after this step's push (a push while it is in flight is refused) and its
-  /// rows are bitwise those of a blocking `fetch` there.
-  static constexpr bool prefetch = !Storage::consistency_type::blocks_on_step;
+  /// ps::async the next step's pull may leave before this step computes and pushes (the
+  /// trainer's `prefetches()`: its rows may miss this worker's push, the staleness async
+  /// allows); under sync and bounded it leaves right after this step's push (a push while it
+  /// is in flight is refused) and its rows are bitwise those of a blocking `fetch` there.
   void begin_fetch(std::span<const ps::table_pull> pulls) { storage().begin_gather_tables(pulls); }
   void finish_fetch(std::span<const ps::table_pull> pulls) {
     storage().finish_gather_tables(pulls);

@@ -40,6 +40,31 @@ struct hybrid {
   static constexpr const char* name = "hybrid";
 };
 
+/// `parameter_server` with the consistency chosen at run time: the value carries the rule, e.g.
+/// `parameter_server<ps::run_time_rule>{.rule = ps::rule_of<ps::bounded<4>>}` (the Storage is
+/// then `embedding::sharded<Opt, ps::run_time_rule>`).
+template <>
+struct parameter_server<ps::run_time_rule> {
+  using consistency = ps::run_time_rule;
+  ps::consistency_rule rule = ps::rule_of<ps::sync>;  ///< the servers' and the workers' policy
+  static constexpr bool embeddings_on_ps = true;
+  static constexpr bool dense_on_ps = true;
+  static constexpr const char* name = "parameter_server";
+};
+
+/// `hybrid` with the consistency chosen at run time: `hybrid<ps::run_time_rule>{.rule =
+/// ps::rule_of<ps::async>, .dense_allreduce = …}`.
+template <class Allreduce>
+struct hybrid<ps::run_time_rule, Allreduce> {
+  using consistency = ps::run_time_rule;
+  using allreduce = Allreduce;
+  ps::consistency_rule rule = ps::rule_of<ps::sync>;  ///< the servers' and the workers' policy
+  Allreduce dense_allreduce{};                        ///< sums the dense gradients
+  static constexpr bool embeddings_on_ps = true;
+  static constexpr bool dense_on_ps = false;
+  static constexpr const char* name = "hybrid";
+};
+
 /// Facts about a communicator policy; specialised for each.
 template <class C>
 struct communicator_traits {
@@ -87,6 +112,17 @@ struct communicator_traits<hybrid<Consistency, Allreduce>> {
 /// A type the trainer accepts as its Communicator.
 template <class C>
 concept communicator = communicator_traits<C>::known;
+
+/// The consistency rule communicator `c` trains under: its policy type's, or the rule it
+/// carries (`ps::run_time_rule`); `ps::sync` for ring allreduce.
+template <communicator C>
+ps::consistency_rule consistency_rule_of(const C& c) {
+  using consistency = typename communicator_traits<C>::consistency;
+  if constexpr (std::is_same_v<consistency, ps::run_time_rule>)
+    return c.rule;
+  else
+    return ps::rule_of<consistency>;
+}
 
 /// Thresholds of auto_strategy: embeddings "dominate" at ≥ 70% of parameter bytes; a DNN is
 /// "small" up to 64 MiB of parameters; embeddings are "small" below 30%.

@@ -100,6 +100,7 @@ class trainer
   using optimizer_type = typename parts::optimizer_type;  ///< the embedding tables'
   using dense_optimizer_type = DenseOptimizer;            ///< the dense parameters'
   using consistency_type = typename parts::consistency_type;
+  using communicator_type = Communicator;
   using transport_type = Transport;
   /// The codec of each path (one Compressor for both, or compress::per_path<Dense, Push>).
   using dense_compressor_type = typename parts::dense_compressor_type;
@@ -113,8 +114,6 @@ class trainer
   /// The two acting parts of the Communicator (composition.hpp).
   using dense_path_type = typename parts::dense_path_type;
   using sparse_path_type = typename parts::sparse_path_type;
-  /// The next step's pull leaves before this step computes (ps::async), else after its push.
-  static constexpr bool prefetch = parts::prefetch;
 
   /// A trainer for every rank of a `thread_world` (`local_rank` < 0; train with
   /// `fit(train, eval)`), or for one process of a multi-process world such as MPI
@@ -291,7 +290,7 @@ class trainer
       if (options_.in_process_pulls && local_rank_ < 0 && !options_.link.emulated() &&
           options_.send_delay_seconds.empty() && options_.fail_rank < 0 && options_.faults.empty())
         co.in_process_servers = servers_.readers(options_.timeout_seconds);
-      me.sparse.open(t, *map_, co);
+      me.sparse.open(t, *map_, this->consistency(), co);
     }
 
     const std::size_t global = options_.batch * static_cast<std::size_t>(options_.workers);
@@ -316,6 +315,7 @@ class trainer
         me.timer.mark(pull_phase);
       }
     };
+    const bool prefetch = this->prefetches();
     if constexpr (on_ps) {
       next = &ahead.emplace(*this);
       me.timer.skip();
@@ -330,12 +330,12 @@ class trainer
         me.sparse.finish_fetch(now->pulls);
         after_fetch(me);
         me.timer.mark(pull_phase);
-        if constexpr (prefetch) {
-          begin_next(s);
-          train_step(me, peers, *now, global, s, true, [] {});
-        } else {
-          train_step(me, peers, *now, global, s, true, [&] { begin_next(s); });
-        }
+        // One step function for every rule: the next pull leaves here (prefetch) or once this
+        // step has pushed.
+        if (prefetch) begin_next(s);
+        train_step(me, peers, *now, global, s, true, [&] {
+          if (!prefetch) begin_next(s);
+        });
         std::swap(now, next);
       } else {
         load(s, *now);

@@ -95,6 +95,7 @@ class trainer_state {
         checkpoints_(options_),
         traces_(options_.trace_file, 0) {
     options_.check();
+    if constexpr (on_ps) ps::check_rule(consistency(), "trainer");
     if constexpr (requires { model_config_.seed; }) model_config_.seed = options_.seed;
     Model probe(model_config_);
     tables_ = probe.tables();
@@ -128,8 +129,8 @@ class trainer_state {
       so.threads = options_.server_threads;
       so.init = init();
       servers_ = hosted_servers<server_type>(
-          *map_, [&](int rank) { return is_local(rank); }, optimizer_, dense_optimizer_,
-          tables_.size(), so);
+          *map_, [&](int rank) { return is_local(rank); }, consistency(), optimizer_,
+          dense_optimizer_, tables_.size(), so);
       if constexpr (traits::dense_on_ps)  // the dense parameters are the last table's rows
         servers_.import_dense(tables_.size(), dense_layout_, probe.parameters(),
                               dense_state_floats());
@@ -181,6 +182,16 @@ class trainer_state {
     return tables_;
   }
   [[nodiscard]] const trainer_options& options() const noexcept { return options_; }
+  /// The consistency the servers and workers run under: the Communicator's policy type's rule,
+  /// or the rule it carries (`ps::run_time_rule`); `ps::sync` without a parameter server.
+  [[nodiscard]] ps::consistency_rule consistency() const {
+    return consistency_rule_of(communicator_);
+  }
+  /// Under every PS strategy the next step's pull is split-phase. Under ps::async (a rule that
+  /// does not block pulls on the step) it leaves before this step computes (one step stale at
+  /// most); under sync and bounded right after this step's push, and the dense allreduce runs
+  /// while the servers answer. False without a parameter server.
+  [[nodiscard]] bool prefetches() const { return on_ps && !consistency().blocks_on_step; }
   [[nodiscard]] int ranks() const noexcept { return on_ps ? roles_->ranks() : options_.workers; }
 
  protected:
