@@ -349,7 +349,7 @@ flags parse(int argc, char** argv) {
     } else if (a == "--consistency")
       f.consistency = cli::parse_name(a, value(), {"sync", "async", "bounded"});
     else if (a == "--staleness") {
-      f.staleness = integer(std::uint64_t{0}, (std::uint64_t{1} << 24) - 1);
+      f.staleness = integer(std::uint64_t{0}, ps::staleness_limit - 1);
       f.staleness_given = true;
     } else if (a == "--compressor") {
       f.compressor = cli::parse_name(a, value(), {"none", "fp16", "int8", "topk"});

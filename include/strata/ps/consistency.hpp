@@ -31,6 +31,14 @@ concept consistency = requires {
 /// `max_staleness` of a policy without a bound.
 inline constexpr std::uint64_t no_bound = std::numeric_limits<std::uint64_t>::max();
 
+/// A blocking bound must stay below this many steps: the wire code keeps it in 24 bits.
+inline constexpr std::uint64_t staleness_limit = std::uint64_t{1} << 24;
+
+/// The wire code of `bounded<S>` (S < staleness_limit).
+constexpr std::uint32_t bounded_code(std::uint64_t staleness) {
+  return 3u | static_cast<std::uint32_t>(staleness << 8);
+}
+
 /// Bulk synchronous: a step's pushes from all W workers for a table are summed in worker-rank
 /// order, then applied once; a pull for step t waits until steps < t are applied. Equals
 /// single-process training on the global batch (bitwise when the reference sums in the same
@@ -57,9 +65,9 @@ struct async {
 /// for step t waits only while the slowest worker has applied fewer than t − S steps.
 template <std::uint64_t S>
 struct bounded {
-  static_assert(S < (std::uint64_t{1} << 24), "ps::bounded<S>: S must be below 2^24 steps");
+  static_assert(S < staleness_limit, "ps::bounded<S>: S must be below 2^24 steps");
   static constexpr const char* name = "bounded";
-  static constexpr std::uint32_t code = 3u | static_cast<std::uint32_t>(S << 8);
+  static constexpr std::uint32_t code = bounded_code(S);
   static constexpr bool aggregates_step = false;
   static constexpr bool blocks_on_step = true;
   static constexpr std::uint64_t max_staleness = S;
@@ -89,19 +97,18 @@ inline void check_rule(const consistency_rule& rule, const char* who) {
   if (rule.name == nullptr) refuse("has no name");
   if (rule.aggregates_step && !rule.blocks_on_step)
     refuse("sums each step's pushes but does not block pulls on the step");
-  if (rule.blocks_on_step && !rule.aggregates_step &&
-      rule.max_staleness >= (std::uint64_t{1} << 24))
+  if (rule.blocks_on_step && !rule.aggregates_step && rule.max_staleness >= staleness_limit)
     refuse("blocks pulls with a staleness bound of 2^24 steps or more");
 }
 
 /// The rule of `bounded<S>` for a bound S chosen at run time: equal to `rule_of<bounded<S>>`.
 /// S ≥ 2^24 is refused with errc::invalid_argument.
 inline consistency_rule bounded_rule(std::uint64_t staleness) {
-  if (staleness >= (std::uint64_t{1} << 24))
+  if (staleness >= staleness_limit)
     throw error(errc::invalid_argument,
                 cat("ps::bounded_rule: staleness bound ", staleness,
-                    " steps is too large; use a bound below 2^24 = 16777216 steps"));
-  return {"bounded", 3u | static_cast<std::uint32_t>(staleness << 8), false, true, staleness};
+                    " steps is too large; use a bound below 2^24 = ", staleness_limit, " steps"));
+  return {"bounded", bounded_code(staleness), false, true, staleness};
 }
 
 /// The run-time facts of policy `C`.
