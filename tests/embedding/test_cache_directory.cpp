@@ -16,6 +16,7 @@
 
 #include "strata/embedding/cache_directory.hpp"
 #include "support/catch_error.hpp"
+#include "support/skip.hpp"
 
 using strata_test::catch_error;
 using strata_test::contains;
@@ -296,7 +297,11 @@ TEST_CASE("cache_directory: slot_map finds, inserts and erases like std::map",
 
 TEST_CASE("cache_directory: random key streams match the reference model", "[embedding][cache]") {
   const std::uint64_t seed = std::random_device{}();
-  for (const std::size_t capacity : {1u, 2u, 7u, 64u, 300u})
+  // Sanitizer builds (-O0, ASan: 37 s, four fifths of it at capacity 300) stop at 64.
+  const std::vector<std::size_t> capacities = strata_test::sanitized()
+                                                  ? std::vector<std::size_t>{1, 2, 7, 64}
+                                                  : std::vector<std::size_t>{1, 2, 7, 64, 300};
+  for (const std::size_t capacity : capacities)
     for (const std::uint64_t staleness :
          {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{3}, never_stale}) {
       // Working set smaller than, about, and much larger than the cache.

@@ -36,7 +36,8 @@ inline strata::data::image_dataset tiny_images(std::size_t count, std::uint64_t 
     set.labels[i] = label;
     for (std::size_t y = 0; y < 8; ++y)
       for (std::size_t x = 0; x < 8; ++x) {
-        const bool bar = y >= 3 && y < 5 && (x / 3 == label || (label == 2 && x == 8 - 1));
+        const bool bar = y >= 3 && y < 5 &&
+                         (x / 3 == static_cast<std::size_t>(label) || (label == 2 && x == 8 - 1));
         const double noise = rng.uniform(1000 + 64 * i + 8 * y + x) - 0.5;
         set.images(i, 8 * y + x) = static_cast<float>((bar ? 1.0 : -0.5) + 5.0 * noise);
       }

@@ -17,6 +17,7 @@
 #include "strata/optim/momentum.hpp"
 #include "strata/train/image_trainer.hpp"
 #include "support/image_fixtures.hpp"
+#include "support/skip.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace strata;
@@ -129,7 +130,9 @@ TEST_CASE("image_trainer learns the tiny problem, with lossless and with int8 gr
   const auto train_set = tiny_images(960, 4);
   const auto test_set = tiny_images(300, 40);
   auto o = options_for(2);
-  o.epochs = 4;
+  // Sanitizer builds (-O0, ASan: 260 images/s) train 2 epochs of the cosine schedule instead of
+  // 4: the same code, half the time; the tiny problem is past 0.85 after 2 epochs either way.
+  o.epochs = strata_test::sanitized() ? 2 : 4;
   train::image_trainer<models::resnet> lossless(tiny_resnet(), optim::momentum{.lr = 0.1f}, o);
   const auto plain = lossless.fit(train_set, &test_set);
   REQUIRE(plain.epochs.back().train_loss < plain.epochs.front().train_loss);
