@@ -7,7 +7,8 @@ namespace strata_test {
 
 /// Runs the test cases that argv selects, with the skip listener (support/skip_runner.hpp);
 /// returns the program's exit code: Catch's result (which also covers a bad command line or
-/// --list), or strata_test::exit_code() when some case skipped.
+/// --list), 1 when no case ran (the filter matched none), or strata_test::exit_code() when some
+/// case skipped.
 int run_catch_session(int argc, char** argv);
 
 }  // namespace strata_test
