@@ -4,7 +4,7 @@
 # Extra CMake arguments (after the build folder) are passed to the configure step as given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-"$root/build"}
+build=$(realpath -m "${1:-"$root/build"}")  # absolute: the consumer check below configures elsewhere
 shift $(($# > 0 ? 1 : 0))
 # shellcheck source=scripts/common.sh
 source "$root/scripts/common.sh"
