@@ -75,5 +75,8 @@ TEST_CASE("image_trainer over mpi::native_allreduce trains what the ring trains,
   train::image_trainer<models::resnet> ring(strata_test::tiny_resnet(), opt, o);
   (void)ring.fit(train_set);
   REQUIRE(native.parameters().size() == ring.parameters().size());
-  REQUIRE(strata_test::relative_distance(native.parameters(), ring.parameters()) < 1e-4);
+  // Two ranks sum in the same order either way (bitwise equal); three round differently, and
+  // 7 steps of small-batch BN training amplify that: 5.1e-4 measured (2026-12-07), where a
+  // wrong gradient gives O(1).
+  REQUIRE(strata_test::relative_distance(native.parameters(), ring.parameters()) < 2e-3);
 }

@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <tuple>
 #include <vector>
 
 #include <tbb/global_control.h>
@@ -561,6 +564,165 @@ TEST_CASE("residual basic block backward matches finite differences", "[nn][resi
     check_gradient(x, dx, loss, 1e-3, 1e-2, "dx", true);
     const std::vector<float> dparams(ps.grads().begin(), ps.grads().end());
     check_gradient(ps.values(), dparams, loss, 1e-3, 1e-2, "dparams", true);
+  }
+}
+
+namespace {
+
+/// Fails unless `got` equals `want` value for value (== : +0 and −0 are equal).
+void require_equal(std::span<const float> got, std::span<const float> want, const char* what) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i])) FAIL(what << "[" << i << "] " << got[i] << " vs " << want[i]);
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm's fused ReLU equals the separate passes, value for value",
+          "[nn][batch_norm][fused]") {
+  // 2600 rows: three 1024-row blocks, the last one short, run in parallel.
+  const std::size_t rows = 2600, C = 5;
+  for (const auto m : {nn::mode::train, nn::mode::eval}) {
+    INFO((m == nn::mode::train ? "train" : "eval"));
+    const auto x = random_values(rows * C, 30, -2.0f, 2.0f);
+    const auto dy = random_values(rows * C, 31);
+    const auto make = [&](nn::parameter_set& ps) {
+      nn::batch_norm bn(ps, C, "bn");
+      ps.allocate(1);
+      bn.init(ps.values());
+      for (std::size_t c = 0; c < C; ++c) {
+        bn.gamma(ps.values())[c] = 0.5f + 0.25f * float(c);
+        bn.beta(ps.values())[c] = 0.2f * float(c) - 0.4f;
+        bn.running_mean()[c] = 0.1f * float(c);
+      }
+      return bn;
+    };
+    // Reference: BN, then ReLU, then its mask, then BN's backward.
+    nn::parameter_set ps_ref;
+    auto ref = make(ps_ref);
+    std::vector<float> y_ref(rows * C), g(rows * C), dx_ref(rows * C);
+    ref.forward(ps_ref.values(), {x.data(), rows, C}, {y_ref.data(), rows, C}, m);
+    for (std::size_t i = 0; i < y_ref.size(); ++i) {
+      y_ref[i] = std::max(y_ref[i], 0.0f);
+      g[i] = y_ref[i] > 0.0f ? dy[i] : 0.0f;
+    }
+    ref.backward(ps_ref.values(), {x.data(), rows, C}, {g.data(), rows, C}, ps_ref.grads(),
+                 {dx_ref.data(), rows, C});
+    // Fused: the ReLU inside forward's pass, its mask inside backward's two passes, dx written
+    // over dy's own rows.
+    nn::parameter_set ps;
+    auto bn = make(ps);
+    std::vector<float> y(rows * C), d = dy;
+    bn.forward(ps.values(), {x.data(), rows, C}, {y.data(), rows, C}, m, {},
+               nn::batch_norm::relu_rows);
+    const matrix_view<float> dv(d.data(), rows, C);
+    bn.backward(ps.values(), {x.data(), rows, C}, bn.relu_gradient({x.data(), rows, C}, dv),
+                ps.grads(), dv);
+    require_equal(y, y_ref, "y");
+    require_equal(d, dx_ref, "dx");
+    require_equal(ps.grads(), ps_ref.grads(), "grads");
+    require_equal(bn.running_mean(), ref.running_mean(), "running mean");
+    require_equal(bn.running_var(), ref.running_var(), "running var");
+    // Bad inputs: a gradient of the wrong length, rows another forward did not have.
+    REQUIRE_THROWS_WITH(bn.relu_gradient({x.data(), rows - 1, C}, dv),
+                        Catch::Contains("batch_norm::relu_gradient: x is 2599 x 5"));
+    REQUIRE_THROWS_WITH(bn.backward(
+                            ps.values(), {x.data(), rows, C},
+                            [&](std::size_t first, std::size_t count, float*) {
+                              return matrix_view<const float>(dv.rows_slice(first, count - 1));
+                            },
+                            ps.grads(), dv),
+                        Catch::Contains("gradient block"));
+  }
+}
+
+TEST_CASE("relu_masked equals select for finite gradients (the branch-free mask)",
+          "[nn][activations]") {
+  Eigen::ArrayXf v(6), g(6);
+  v << -1.0f, 0.0f, 2.0f, -0.0f, 1e-30f, -3.0f;
+  g << 4.0f, -5.0f, 6.0f, 7.0f, -8.0f, -9.0f;
+  const Eigen::ArrayXf got = nn::detail::relu_masked(v, g);
+  const Eigen::ArrayXf want = (v > 0.0f).select(g, 0.0f);
+  for (Eigen::Index i = 0; i < v.size(); ++i)
+    REQUIRE(got[i] == want[i]);
+}
+
+TEST_CASE("residual basic block: the fused passes equal the unfused layers, value for value",
+          "[nn][residual][fused]") {
+  // 40 samples of 8×8 (2560 output rows at stride 1: parallel blocks and sample chunks).
+  const std::size_t n = 40;
+  for (const auto& [in, out_c, stride] :
+       {std::tuple{nn::map_shape{8, 8, 4}, std::size_t{4}, std::size_t{1}},
+        std::tuple{nn::map_shape{8, 8, 4}, std::size_t{8}, std::size_t{2}},
+        std::tuple{nn::map_shape{7, 7, 3}, std::size_t{5}, std::size_t{2}}}) {
+    INFO("stride " << stride << " channels " << in.channels << " -> " << out_c);
+    nn::parameter_set ps;
+    nn::basic_block block(ps, in, out_c, stride, "b");
+    ps.allocate(12);
+    block.init(ps.values());
+    // The same layers, one pass each, on a parameter set of the same layout.
+    nn::parameter_set ps_ref;
+    nn::conv2d conv1(ps_ref, in, out_c, {3, stride, 1}, false, "b.conv1");
+    nn::batch_norm bn1(ps_ref, out_c, "b.bn1");
+    nn::conv2d conv2(ps_ref, conv1.output_shape(), out_c, {3, 1, 1}, false, "b.conv2");
+    nn::batch_norm bn2(ps_ref, out_c, "b.bn2");
+    const nn::shortcut shortcut(in, out_c, stride);
+    ps_ref.allocate(1);
+    REQUIRE(ps_ref.size() == ps.size());
+    for (std::size_t c = 0; c < out_c; ++c) {
+      block.bn1().gamma(ps.values())[c] = 0.8f + 0.2f * float(c);
+      block.bn1().beta(ps.values())[c] = 0.05f * float(c) - 0.1f;
+      block.bn2().beta(ps.values())[c] = 0.1f * float(c) - 0.2f;
+    }
+    std::ranges::copy(ps.values(), ps_ref.values().begin());
+    const auto out = block.output_shape();
+    const std::size_t in_rows = n * in.pixels(), rows = n * out.pixels();
+    const auto x = random_values(n * in.size(), 32);
+    const auto dy = random_values(n * out.size(), 33);
+    const matrix_view<const float> xv(x.data(), in_rows, in.channels);
+    const matrix_view<const float> dyv(dy.data(), rows, out_c);
+
+    std::vector<float> c1(rows * out_c), r1(rows * out_c), c2(rows * out_c), y_ref(rows * out_c);
+    const auto view = [&](std::vector<float>& v) {
+      return matrix_view<float>(v.data(), rows, out_c);
+    };
+    const auto relu = [](std::vector<float>& v) {
+      for (float& e : v)
+        e = std::max(e, 0.0f);
+    };
+    const auto mask = [](std::vector<float>& g, const std::vector<float>& by) {
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] = by[i] > 0.0f ? g[i] : 0.0f;
+    };
+    const auto values = std::span<const float>(ps_ref.values());
+    conv1.forward(values, xv, view(c1));
+    bn1.forward(values, view(c1), view(r1), nn::mode::train);
+    relu(r1);
+    conv2.forward(values, view(r1), view(c2));
+    bn2.forward(values, view(c2), view(y_ref), nn::mode::train);
+    shortcut.add_forward(xv, view(y_ref));
+    relu(y_ref);
+    std::vector<float> g(dy.begin(), dy.end()), t(rows * out_c), d(rows * out_c),
+        dx_ref(in_rows * in.channels);
+    mask(g, y_ref);
+    bn2.backward(values, view(c2), view(g), ps_ref.grads(), view(t));
+    auto dv = view(d);
+    conv2.backward(values, view(r1), view(t), ps_ref.grads(), &dv);
+    mask(d, r1);
+    bn1.backward(values, view(c1), view(d), ps_ref.grads(), view(d));
+    matrix_view<float> dx_ref_v(dx_ref.data(), in_rows, in.channels);
+    conv1.backward(values, xv, view(d), ps_ref.grads(), &dx_ref_v);
+    shortcut.add_backward(view(g), dx_ref_v);
+
+    std::vector<float> y(rows * out_c), dx(in_rows * in.channels);
+    matrix_view<float> dxv(dx.data(), in_rows, in.channels);
+    block.forward(ps.values(), xv, view(y), nn::mode::train);
+    block.backward(ps.values(), xv, view(y), dyv, ps.grads(), &dxv);
+    require_equal(y, y_ref, "y");
+    require_equal(dx, dx_ref, "dx");
+    require_equal(ps.grads(), ps_ref.grads(), "grads");
+    require_equal(block.bn1().running_var(), bn1.running_var(), "bn1 running var");
+    require_equal(block.bn2().running_mean(), bn2.running_mean(), "bn2 running mean");
   }
 }
 

@@ -172,8 +172,7 @@ class resnet {
     const auto c0 = stem_out_.view(n * s0.pixels(), s0.channels);
     auto x = acts_[0].view(n * s0.pixels(), s0.channels);
     stem_.forward(params_.values(), images_, c0);
-    stem_bn_.forward(params_.values(), c0, x, mode_, sync_);
-    relu_inplace(x);
+    stem_bn_.forward(params_.values(), c0, x, mode_, sync_, nn::batch_norm::relu_rows);
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
       const nn::map_shape& o = blocks_[b].output_shape();
       auto y = acts_[b + 1].view(n * o.pixels(), o.channels);
@@ -213,14 +212,8 @@ class resnet {
       dy = dx;
     }
     const nn::map_shape s0 = stem_.output_shape();
-    const auto x0 = acts_[0].view(n * s0.pixels(), s0.channels);
-    nn::detail::for_row_blocks(dy.rows(), [&](std::size_t first, std::size_t count) {
-      nn::detail::as_eigen(dy.rows_slice(first, count)).array() =
-          (nn::detail::as_eigen(x0.rows_slice(first, count)).array() > 0.0f)
-              .select(nn::detail::as_eigen(dy.rows_slice(first, count)).array(), 0.0f);
-    });
     const auto c0 = stem_out_.view(n * s0.pixels(), s0.channels);
-    stem_bn_.backward(values, c0, dy, grads, dy, sync_);
+    stem_bn_.backward(values, c0, stem_bn_.relu_gradient(c0, dy), grads, dy, sync_);
     stem_.backward(values, images_, dy, grads, nullptr);
   }
 
@@ -237,12 +230,6 @@ class resnet {
     stem_bn_.init(params_.values());
     for (auto& b : blocks_)
       b.init(params_.values());
-  }
-  static void relu_inplace(matrix_view<float> v) {
-    nn::detail::for_row_blocks(v.rows(), [&](std::size_t first, std::size_t count) {
-      auto b = nn::detail::as_eigen(v.rows_slice(first, count));
-      b = b.cwiseMax(0.0f);
-    });
   }
 
   config config_;

@@ -28,8 +28,8 @@ struct relu {
     detail::expect_shape("relu::backward", "dx", dx, y.rows(), y.cols());
     detail::for_row_blocks(y.rows(), [&](std::size_t first, std::size_t count) {
       detail::as_eigen(dx.rows_slice(first, count)).array() =
-          (detail::as_eigen(y.rows_slice(first, count)).array() > 0.0f)
-              .select(detail::as_eigen(dy.rows_slice(first, count)).array(), 0.0f);
+          detail::relu_masked(detail::as_eigen(y.rows_slice(first, count)).array(),
+                              detail::as_eigen(dy.rows_slice(first, count)).array());
     });
   }
 };

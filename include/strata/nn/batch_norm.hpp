@@ -10,6 +10,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "strata/core/buffer.hpp"
@@ -49,10 +50,12 @@ using stat_reducer = std::function<void(std::span<double>)>;
 /// worker on the whole batch. dγ = Σdy·x̂ and dβ = Σdy written to the gradient buffer are the
 /// worker's local sums (the caller allreduces gradients as usual).
 ///
-/// Cost: two passes forward (sums in float per 1024-row block, combined in double; then
-/// normalise), two backward. Parallel over
-/// fixed 1024-row blocks; per-block sums combined in block order, so results never depend on
-/// the thread count. Stateful (running statistics, last batch's μ and 1/σ): not thread-safe.
+/// Cost: two passes forward (sums in float per 1024-row block, row after row, combined in
+/// double; then normalise), two backward. What follows or precedes the layer element-wise (a
+/// ReLU, a residual addition) can run inside those passes (the fused `forward` and `backward`
+/// overloads) instead of as passes of its own. Parallel over fixed 1024-row blocks; per-block
+/// sums combined in block order, so results never depend on the thread count. Stateful (running
+/// statistics, last batch's μ and 1/σ): not thread-safe.
 class batch_norm {
  public:
   /// Rows per parallel block of the statistics and normalisation passes.
@@ -72,6 +75,8 @@ class batch_norm {
     running_var_.assign(channels, 1.0f);
     mean_.assign(channels, 0.0f);
     inv_std_.assign(channels, 1.0f);
+    scale_.assign(channels, 1.0f);
+    shift_.assign(channels, 0.0f);
   }
 
   [[nodiscard]] std::size_t channels() const noexcept { return channels_; }
@@ -109,12 +114,17 @@ class batch_norm {
     detail::expect_shape("batch_norm::batch_sums", "x", x, x.rows(), channels_);
     detail::expect_size("batch_norm::batch_sums", "out", out.size(), forward_stats_size());
     reduce_blocks(x.rows(), out.subspan(1), [&](std::size_t first, std::size_t count, double* s) {
-      // Float sums within a block (vectorised row adds), combined across blocks in double.
-      const auto xb = detail::as_eigen(x.rows_slice(first, count)).array();
-      Eigen::Map<Eigen::VectorXd>(s, static_cast<Eigen::Index>(channels_)) =
-          xb.colwise().sum().transpose().template cast<double>();
-      Eigen::Map<Eigen::VectorXd>(s + channels_, static_cast<Eigen::Index>(channels_)) =
-          xb.square().colwise().sum().transpose().template cast<double>();
+      // Float sums within a block, row after row (each row one vectorised add: 1.8× faster
+      // than Eigen's colwise() reduction of a row-major block), combined across blocks in double.
+      Eigen::ArrayXf sum = Eigen::ArrayXf::Zero(static_cast<Eigen::Index>(channels_));
+      Eigen::ArrayXf squares = Eigen::ArrayXf::Zero(static_cast<Eigen::Index>(channels_));
+      for (std::size_t r = first; r < first + count; ++r) {
+        const auto row = channel_array(x.row(r).data());
+        sum += row;
+        squares += row.square();
+      }
+      store_sums(sum, s);
+      store_sums(squares, s + channels_);
     });
     out[0] = static_cast<double>(x.rows());
   }
@@ -123,6 +133,18 @@ class batch_norm {
   /// statistics updated, μ and 1/σ kept for backward. `y` may be `x`.
   void forward(std::span<const float> params, matrix_view<const float> x, matrix_view<float> y,
                mode m, const stat_reducer& sync = {}) {
+    forward(params, x, y, m, sync, [](std::size_t, matrix_view<float>) {});
+  }
+
+  /// As above, then `finish_rows(first, y_block)` on each block of output rows [first,
+  /// first + y_block.rows()) while it is in cache: the fused epilogue of what follows the
+  /// normalisation (a ReLU: `relu_rows`; basic_block adds its shortcut, then a ReLU), so the
+  /// map is written once instead of once per element-wise step. `finish_rows` may change only
+  /// the block it is given; it runs concurrently for different blocks.
+  template <class FinishRows>
+  requires std::is_invocable_v<FinishRows&, std::size_t, matrix_view<float>>
+  void forward(std::span<const float> params, matrix_view<const float> x, matrix_view<float> y,
+               mode m, const stat_reducer& sync, FinishRows&& finish_rows) {
     detail::expect_shape("batch_norm::forward", "x", x, x.rows(), channels_);
     detail::expect_shape("batch_norm::forward", "y", y, x.rows(), channels_);
     if (m == mode::train) {
@@ -152,20 +174,23 @@ class batch_norm {
     last_mode_ = m;
     last_rows_ = x.rows();
     // y = x·scale + shift with scale = γ/σ, shift = β − μ·γ/σ.
-    Eigen::RowVectorXf scale(static_cast<Eigen::Index>(channels_));
-    Eigen::RowVectorXf shift(static_cast<Eigen::Index>(channels_));
     const auto g = gamma(params);
     const auto b = beta(params);
     for (std::size_t c = 0; c < channels_; ++c) {
-      scale[static_cast<Eigen::Index>(c)] = g[c] * inv_std_[c];
-      shift[static_cast<Eigen::Index>(c)] = b[c] - mean_[c] * g[c] * inv_std_[c];
+      scale_[c] = g[c] * inv_std_[c];
+      shift_[c] = b[c] - mean_[c] * g[c] * inv_std_[c];
     }
     detail::for_row_blocks(x.rows(), block_rows, [&](std::size_t first, std::size_t count) {
-      auto yb = detail::as_eigen(y.rows_slice(first, count));
-      yb = (detail::as_eigen(x.rows_slice(first, count)).array().rowwise() * scale.array())
-               .rowwise() +
-           shift.array();
+      const auto yb = y.rows_slice(first, count);
+      normalise(x.rows_slice(first, count), yb);
+      finish_rows(first, yb);
     });
+  }
+
+  /// The ReLU epilogue of the fused forward: y ← max(y, 0) on the block.
+  static void relu_rows(std::size_t, matrix_view<float> block) {
+    auto b = detail::as_eigen(block);
+    b = b.cwiseMax(0.0f);
   }
 
   /// From dy = dL/dy of the last forward (same x): overwrites dγ, dβ in `grads` (local sums)
@@ -175,8 +200,27 @@ class batch_norm {
   void backward(std::span<const float> params, matrix_view<const float> x,
                 matrix_view<const float> dy, std::span<float> grads, matrix_view<float> dx,
                 const stat_reducer& sync = {}) {
-    detail::expect_shape("batch_norm::backward", "x", x, x.rows(), channels_);
     detail::expect_shape("batch_norm::backward", "dy", dy, x.rows(), channels_);
+    backward(
+        params, x,
+        [&](std::size_t first, std::size_t count, float*) { return dy.rows_slice(first, count); },
+        grads, dx, sync);
+  }
+
+  /// As above, with dL/dy made per block of rows by the caller inside both of backward's
+  /// passes: `gradient_rows(first, count, scratch) -> matrix_view<const float>` returns rows
+  /// [first, first + count) of dL/dy (count × channels()), either the caller's own or written
+  /// into `scratch` (count × channels() floats of the calling task). It is called once per
+  /// block in each pass, concurrently for different blocks, and must give the same values both
+  /// times. `relu_gradient(x, dy)` is the one for a ReLU that followed this layer (the fused
+  /// forward with `relu_rows`): no copy of the ReLU's output or of the masked dy is then made.
+  /// `dx` may alias the rows the gradient is read from.
+  template <class GradientRows>
+  requires std::is_invocable_r_v<matrix_view<const float>, GradientRows&, std::size_t, std::size_t,
+                                 float*> void
+  backward(std::span<const float> params, matrix_view<const float> x, GradientRows&& gradient_rows,
+           std::span<float> grads, matrix_view<float> dx, const stat_reducer& sync = {}) {
+    detail::expect_shape("batch_norm::backward", "x", x, x.rows(), channels_);
     detail::expect_shape("batch_norm::backward", "dx", dx, x.rows(), channels_);
     if (last_rows_ != x.rows())
       fail(errc::invalid_argument,
@@ -186,16 +230,26 @@ class batch_norm {
                                                     static_cast<Eigen::Index>(channels_));
     const Eigen::Map<const Eigen::RowVectorXf> inv_std(inv_std_.data(),
                                                        static_cast<Eigen::Index>(channels_));
+    const auto gradient_block = [&](std::size_t first, std::size_t count) {
+      const matrix_view<const float> rows =
+          gradient_rows(first, count, task_scratch(count * channels_));
+      detail::expect_shape("batch_norm::backward", "gradient block", rows, count, channels_);
+      return rows;
+    };
     // Local sums Σdy and Σdy·x̂ (doubles, block order).
     std::vector<double> sums(backward_stats_size(), 0.0);
     reduce_blocks(x.rows(), sums, [&](std::size_t first, std::size_t count, double* s) {
-      const auto xb = detail::as_eigen(x.rows_slice(first, count)).array();
-      const auto dyb = detail::as_eigen(dy.rows_slice(first, count)).array();
-      const auto xhat = (xb.rowwise() - mean.array()).rowwise() * inv_std.array();
-      Eigen::Map<Eigen::VectorXd>(s, static_cast<Eigen::Index>(channels_)) =
-          dyb.colwise().sum().transpose().template cast<double>();
-      Eigen::Map<Eigen::VectorXd>(s + channels_, static_cast<Eigen::Index>(channels_)) =
-          (dyb * xhat).colwise().sum().transpose().template cast<double>();
+      const matrix_view<const float> dyb = gradient_block(first, count);
+      Eigen::ArrayXf sum_dy = Eigen::ArrayXf::Zero(static_cast<Eigen::Index>(channels_));
+      Eigen::ArrayXf sum_dy_xhat = Eigen::ArrayXf::Zero(static_cast<Eigen::Index>(channels_));
+      for (std::size_t r = 0; r < count; ++r) {
+        const auto grad = channel_array(dyb.row(r).data());
+        sum_dy += grad;
+        sum_dy_xhat += grad * ((channel_array(x.row(first + r).data()) - mean.array().transpose()) *
+                               inv_std.array().transpose());
+      }
+      store_sums(sum_dy, s);
+      store_sums(sum_dy_xhat, s + channels_);
     });
     auto dg = gamma(grads);
     auto dbeta = beta(grads);
@@ -219,7 +273,7 @@ class batch_norm {
       a[static_cast<Eigen::Index>(c)] = g[c] * inv_std_[c];
     detail::for_row_blocks(x.rows(), block_rows, [&](std::size_t first, std::size_t count) {
       const auto xb = detail::as_eigen(x.rows_slice(first, count)).array();
-      const auto dyb = detail::as_eigen(dy.rows_slice(first, count)).array();
+      const auto dyb = detail::as_eigen(gradient_block(first, count)).array();
       const auto xhat = (xb.rowwise() - mean.array()).rowwise() * inv_std.array();
       auto dxb = detail::as_eigen(dx.rows_slice(first, count));
       dxb = (((dyb.rowwise() - mdy.array()) - xhat.rowwise() * mdyx.array()).rowwise() * a.array())
@@ -227,7 +281,52 @@ class batch_norm {
     });
   }
 
+  /// The `gradient_rows` of a ReLU applied to this layer's last forward output (the fused
+  /// forward with `relu_rows`): dy ⊙ [BN(x) > 0], the mask recomputed from x by the very
+  /// expression forward computed the output with (the ReLU's output is not read). `x` and
+  /// `dy` must outlive the returned function.
+  [[nodiscard]] auto relu_gradient(matrix_view<const float> x, matrix_view<const float> dy) const {
+    detail::expect_shape("batch_norm::relu_gradient", "x", x, last_rows_, channels_);
+    detail::expect_shape("batch_norm::relu_gradient", "dy", dy, last_rows_, channels_);
+    return [this, x, dy](std::size_t first, std::size_t count, float* scratch) {
+      const matrix_view<float> out(scratch, count, channels_);
+      normalise(x.rows_slice(first, count), out);
+      detail::as_eigen(out).array() = detail::relu_masked(
+          detail::as_eigen(out).array(), detail::as_eigen(dy.rows_slice(first, count)).array());
+      return matrix_view<const float>(out);
+    };
+  }
+
  private:
+  /// out = x·scale + shift per channel, the last forward's normalisation of a block of rows
+  /// (out may be the block itself): forward and `relu_gradient` both call this function, so the
+  /// recomputed ReLU mask is the forward's bit for bit.
+  void normalise(matrix_view<const float> block, matrix_view<float> out) const {
+    const Eigen::Map<const Eigen::RowVectorXf> scale(scale_.data(),
+                                                     static_cast<Eigen::Index>(channels_));
+    const Eigen::Map<const Eigen::RowVectorXf> shift(shift_.data(),
+                                                     static_cast<Eigen::Index>(channels_));
+    detail::as_eigen(out) =
+        (detail::as_eigen(block).array().rowwise() * scale.array()).rowwise() + shift.array();
+  }
+
+  /// The `channels()` values at `p` (one row) as an Eigen array.
+  [[nodiscard]] Eigen::Map<const Eigen::ArrayXf> channel_array(const float* p) const {
+    return {p, static_cast<Eigen::Index>(channels_)};
+  }
+  /// A block's float sums into its doubles.
+  void store_sums(const Eigen::ArrayXf& sums, double* out) const {
+    Eigen::Map<Eigen::ArrayXd>(out, static_cast<Eigen::Index>(channels_)) =
+        sums.template cast<double>();
+  }
+
+  /// `count` floats of scratch owned by the calling thread (reused across calls).
+  static float* task_scratch(std::size_t count) {
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < count) buffer.resize(count);
+    return buffer.data();
+  }
+
   /// out[i] = Σ over fixed row blocks (in block order) of what `fill(first, count, s)` writes
   /// into its block's s[0 .. out.size()).
   template <class Fill>
@@ -259,6 +358,7 @@ class batch_norm {
   std::size_t beta_offset_ = 0;
   std::vector<float> running_mean_, running_var_;
   std::vector<float> mean_, inv_std_;  // of the last forward
+  std::vector<float> scale_, shift_;   // its y = x·scale + shift
   std::vector<double> stats_;          // last forward's (synchronised) sums
   mode last_mode_ = mode::train;
   std::size_t last_rows_ = static_cast<std::size_t>(-1);

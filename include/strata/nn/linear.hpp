@@ -151,8 +151,8 @@ class linear {
         detail::gemm(engine_, dy.rows_slice(first, count), false, w, false, 0.0f, dx_block);
         auto dxb = detail::as_eigen(dx_block);
         if (mode == input_grad::through_relu)
-          dxb.array() = (detail::as_eigen(x.rows_slice(first, count)).array() > 0.0f)
-                            .select(dxb.array(), 0.0f);
+          dxb.array() = detail::relu_masked(detail::as_eigen(x.rows_slice(first, count)).array(),
+                                            dxb.array());
       }
     });
   }
