@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "strata/core/buffer.hpp"
 #include "strata/core/error.hpp"
@@ -54,6 +55,8 @@ class shortcut {
 
   /// y_r += S(x)_r for output row r alone (r = n·Ho·Wo + oh·Wo + ow): basic_block's fused
   /// epilogue adds the shortcut while the row is in cache. `y_row` holds Cout values.
+  /// Unchecked (it runs once per row): the caller has checked that x holds a batch of input
+  /// maps with a sample for row r, as add_forward does.
   void add_row(matrix_view<const float> x, std::size_t r, std::span<float> y_row) const noexcept {
     const std::size_t n = r / out_.pixels();
     const std::size_t p = r - n * out_.pixels();
@@ -200,8 +203,9 @@ class basic_block {
     const auto t = t_.view(rows, C);
     auto d = d_.view(rows, C);
     // The ReLUs' masks are fused into the passes that read their gradients: g = dy ⊙ [y > 0]
-    // (dL/d(residual sum)) is made per row inside bn2's passes and the shortcut's, and bn1's
-    // passes mask d by its output's sign recomputed from c1; no masked copy is written.
+    // (dL/d(residual sum)) is made per block of rows inside bn2's passes and per row in the
+    // shortcut's, and bn1's passes mask d by its output's sign recomputed from c1; no masked
+    // copy is written.
     const auto g = [&](std::size_t first, std::size_t count, float* scratch) {
       const matrix_view<float> out(scratch, count, C);
       detail::as_eigen(out).array() =
