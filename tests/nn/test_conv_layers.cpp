@@ -623,7 +623,12 @@ TEST_CASE("batch_norm's fused ReLU equals the separate passes, value for value",
     require_equal(ps.grads(), ps_ref.grads(), "grads");
     require_equal(bn.running_mean(), ref.running_mean(), "running mean");
     require_equal(bn.running_var(), ref.running_var(), "running var");
-    // Bad inputs: a gradient of the wrong length, rows another forward did not have.
+    // Bad inputs: no forward yet, a gradient of the wrong length, rows another forward did
+    // not have.
+    nn::parameter_set ps_fresh;
+    const auto fresh = make(ps_fresh);
+    REQUIRE_THROWS_WITH(fresh.relu_gradient({x.data(), rows, C}, dv),
+                        Catch::Contains("call forward first"));
     REQUIRE_THROWS_WITH(bn.relu_gradient({x.data(), rows - 1, C}, dv),
                         Catch::Contains("batch_norm::relu_gradient: x is 2599 x 5"));
     REQUIRE_THROWS_WITH(bn.backward(

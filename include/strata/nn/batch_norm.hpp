@@ -286,6 +286,9 @@ class batch_norm {
   /// expression forward computed the output with (the ReLU's output is not read). `x` and
   /// `dy` must outlive the returned function.
   [[nodiscard]] auto relu_gradient(matrix_view<const float> x, matrix_view<const float> dy) const {
+    if (last_rows_ == static_cast<std::size_t>(-1))
+      fail(errc::invalid_argument,
+           "batch_norm::relu_gradient: no forward to differentiate; call forward first");
     detail::expect_shape("batch_norm::relu_gradient", "x", x, last_rows_, channels_);
     detail::expect_shape("batch_norm::relu_gradient", "dy", dy, last_rows_, channels_);
     return [this, x, dy](std::size_t first, std::size_t count, float* scratch) {
