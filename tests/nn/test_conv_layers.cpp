@@ -688,8 +688,9 @@ TEST_CASE("residual basic block: the fused passes equal the unfused layers, valu
     const matrix_view<const float> dyv(dy.data(), rows, out_c);
 
     std::vector<float> c1(rows * out_c), r1(rows * out_c), c2(rows * out_c), y_ref(rows * out_c);
+    const std::size_t channels = out_c;  // clang 14 captures no structured binding
     const auto view = [&](std::vector<float>& v) {
-      return matrix_view<float>(v.data(), rows, out_c);
+      return matrix_view<float>(v.data(), rows, channels);
     };
     const auto relu = [](std::vector<float>& v) {
       for (float& e : v)
