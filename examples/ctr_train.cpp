@@ -930,6 +930,13 @@ void advise(flags& f, const datasets& d) {
                  " steps of --batch ", f.global_batch, "; the probes need at least ",
                  short_steps + 1, " (give more --synthetic rows or --epochs)");
   const auto started = std::chrono::steady_clock::now();
+  // The process's first training run pays one-time costs that a real run spreads over
+  // thousands of steps (first touches of the buffers malloc hands out, the GEMM library's
+  // set-up for the model's shapes: oneDNN compiles its kernels). Landing in the first probe's
+  // short run only, they came off its per-step difference: on experiment 1's quick grid
+  // (docs/strategy-guide.md, "The probe's first run") the advisor read 5-13% low on compute-bound
+  // rows. A discarded 1-step run takes them; later candidates showed no such cost.
+  probe_once(f, d, strategies.front(), codecs.front(), 1);
   std::vector<plan::measured_step> candidates;
   for (const auto& s : strategies)
     for (const auto& c : codecs)
