@@ -934,7 +934,7 @@ void advise(flags& f, const datasets& d) {
   // thousands of steps (first touches of the buffers malloc hands out, the GEMM library's
   // set-up for the model's shapes: oneDNN compiles its kernels). Landing in the first probe's
   // short run only, they came off its per-step difference: on experiment 1's quick grid
-  // (docs/strategy-guide.md, "The probe's first run") the advisor read 5-13% low on compute-bound
+  // (docs/strategy-guide.md, "The probe's first run") the advisor read 3-13% low on compute-bound
   // rows. A discarded 1-step run takes them; later candidates showed no such cost.
   probe_once(f, d, strategies.front(), codecs.front(), 1);
   std::vector<plan::measured_step> candidates;
