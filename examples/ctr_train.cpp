@@ -13,6 +13,9 @@
 // ctr_train_wide_deep.cpp and (CUDA builds) ctr_train_gpu.cpp.
 #include "ctr_train.hpp"
 
+#include <utility>
+#include <vector>
+
 namespace ctr_train_example {
 
 namespace {
@@ -929,19 +932,22 @@ void advise(flags& f, const datasets& d) {
   STRATA_EXPECTS(long_steps > short_steps, "--advise: the data holds ", available,
                  " steps of --batch ", f.global_batch, "; the probes need at least ",
                  short_steps + 1, " (give more --synthetic rows or --epochs)");
+  std::vector<std::pair<std::string, std::string>> pairs;  // (strategy, codec) to probe
+  for (const auto& s : strategies)
+    for (const auto& c : codecs)
+      if (!(s == "ps" && c == "topk")) pairs.emplace_back(s, c);
   const auto started = std::chrono::steady_clock::now();
   // The process's first training run pays one-time costs that a real run spreads over
   // thousands of steps (first touches of the buffers malloc hands out, the GEMM library's
   // set-up for the model's shapes: oneDNN compiles its kernels). Landing in the first probe's
   // short run only, they came off its per-step difference: on experiment 1's quick grid
   // (docs/strategy-guide.md, "The probe's first run") the advisor read 3-13% low on compute-bound
-  // rows. A discarded 1-step run takes them; later candidates showed no such cost.
-  probe_once(f, d, strategies.front(), codecs.front(), 1);
+  // rows. A discarded 1-step run of the first candidate takes them; later candidates showed no
+  // such cost.
+  if (!pairs.empty()) probe_once(f, d, pairs.front().first, pairs.front().second, 1);
   std::vector<plan::measured_step> candidates;
-  for (const auto& s : strategies)
-    for (const auto& c : codecs)
-      if (!(s == "ps" && c == "topk"))
-        candidates.push_back(probe(f, d, s, c, short_steps, long_steps));
+  for (const auto& [s, c] : pairs)
+    candidates.push_back(probe(f, d, s, c, short_steps, long_steps));
   const double probe_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   plan::network net;
