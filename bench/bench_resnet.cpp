@@ -5,9 +5,9 @@
 /// (bench/peers/resnet_torch.py, NCHW and channels-last, 1 and 2 threads) under Debian's torch
 /// 1.13 (--python, default /usr/bin/python3) and PyPI's torch 2.14 (--python2, default
 /// <repo>/build/peers-venv/bin/peer-python from bench/peers/venv.sh; skipped when absent) —
-/// the best of all is the baseline — and strata's own im2col + Eigen convolution engine (when
-/// the build has oneDNN, whose convolutions are the default). Verifies first that SGD steps
-/// on one fixed batch lower the loss.
+/// the best of all is the baseline — and strata's other convolution engines (im2col + Eigen,
+/// and oneDNN's direct kernels when the build has oneDNN) against the default (Winograd).
+/// Verifies first that SGD steps on one fixed batch lower the loss.
 ///
 ///   bench_resnet [--quick] [--json PATH] [--peer PATH/resnet_torch.py] [--python /usr/bin/python3]
 ///                [--python2 PATH] [--batch 128] [--depth-n 3]
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     // Strata is timed before and after the peer (best of both) so that a load change on the
     // shared machine during the peer's run favours neither side.
     std::map<int, double> ours;
-    double ours_im2col = 0;
+    double ours_im2col = 0, ours_onednn = 0;  // the other engines, same threads
     const int steps = o.quick ? 2 : 4;
     const auto images_per_s = [&](int t, nn::conv_engine engine) {
       tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
@@ -153,8 +153,9 @@ int main(int argc, char** argv) {
         ours[t] = std::max(ours[t], images_per_s(t, nn::default_conv_engine));
         if (threads == 1) break;
       }
+      ours_im2col = std::max(ours_im2col, images_per_s(threads, nn::conv_engine::im2col));
       if (nn::onednn_available)
-        ours_im2col = std::max(ours_im2col, images_per_s(threads, nn::conv_engine::im2col));
+        ours_onednn = std::max(ours_onednn, images_per_s(threads, nn::conv_engine::onednn));
     };
     measure_ours();
     std::string python2 = o.get("--python2", "");
@@ -194,10 +195,14 @@ int main(int argc, char** argv) {
                              "_strata" + std::to_string(t) + "t_vs_torch_best" +
                              std::to_string(best_threads) + "t",
                          ips, "images/s", best_peer, best_peer > 0 ? ips / best_peer : 0.0});
+    const std::string engine_row = "resnet" + std::to_string(6 * n + 2) + "_train_b" +
+                                   std::to_string(batch) + "_strata" + std::to_string(threads) +
+                                   "t_" + std::string(to_string(nn::default_conv_engine));
+    results.push_back({engine_row + "_vs_im2col", ours[threads], "images/s", ours_im2col,
+                       ours[threads] / ours_im2col});
     if (nn::onednn_available)
-      results.push_back({"resnet" + std::to_string(6 * n + 2) + "_train_b" + std::to_string(batch) +
-                             "_strata" + std::to_string(threads) + "t_onednn_vs_im2col",
-                         ours[threads], "images/s", ours_im2col, ours[threads] / ours_im2col});
+      results.push_back({engine_row + "_vs_onednn", ours[threads], "images/s", ours_onednn,
+                         ours[threads] / ours_onednn});
     std::printf(
         "strata threads: %d (oneTBB default arena; 1t rows under global_control 1), convolutions: "
         "%s\n",

@@ -13,6 +13,7 @@
 ///                [--train-limit N] [--test-limit N] [--data-dir DIR] [--seed 1]
 ///                [--compress none|fp16|int8] [--optimizer momentum|adam]
 ///                [--local-bn] [--augment] [--deterministic] [--csv PATH]
+///                [--conv winograd|onednn|im2col]
 ///                [--checkpoint-dir DIR] [--checkpoint-every E] [--resume | --resume-from DIR]
 ///
 /// --augment: random crop (2 pixels of black padding) and left-right flip of every training
@@ -56,7 +57,7 @@ struct flags {
   float lr = 0.1f;
   std::uint64_t seed = 1;
   std::string data_dir = data::fashion_mnist_dir.string(), compress = "none",
-              optimizer = "momentum", csv, checkpoint_dir, resume_from;
+              optimizer = "momentum", conv = "winograd", csv, checkpoint_dir, resume_from;
   std::size_t checkpoint_every = 1;
   bool local_bn = false, augment = false, deterministic = false, resume = false;
 
@@ -78,6 +79,8 @@ struct flags {
         "  --augment           random crop (2 px) and flip, keyed by (seed, epoch, image)\n"
         "  --deterministic     gradient sums in rank order (reproducible across ring layouts)\n"
         "  --csv PATH          per-epoch results\n"
+        "  --conv winograd|onednn|im2col    convolution engine (default winograd: 3x3\n"
+        "                      stride-1 layers; the stride-2 ones on onednn when built)\n"
         "  --checkpoint-dir DIR       checkpoints at epoch ends (the two newest kept)\n"
         "  --checkpoint-every E       epochs between checkpoints (default 1)\n"
         "  --resume            continue from --checkpoint-dir's latest checkpoint\n"
@@ -135,6 +138,8 @@ struct flags {
         f.optimizer = cli::parse_name(a, value(), {"momentum", "adam"});
       else if (a == "--csv")
         f.csv = value();
+      else if (a == "--conv")
+        f.conv = cli::parse_name(a, value(), {"winograd", "onednn", "im2col"});
       else
         fail(errc::invalid_argument, cat("resnet_train: unknown flag '", a, "'; see --help"));
     }
@@ -149,7 +154,11 @@ train::image_report train_with(const flags& f, Optimizer optimizer,
                                const train::image_trainer_options& options,
                                const data::image_dataset& train, const data::image_dataset& test,
                                Transport* process) {
-  const models::resnet::config cfg{.blocks_per_stage = f.depth_n, .seed = f.seed};
+  const models::resnet::config cfg{.blocks_per_stage = f.depth_n,
+                                   .seed = f.seed,
+                                   .conv = f.conv == "onednn"   ? nn::conv_engine::onednn
+                                           : f.conv == "im2col" ? nn::conv_engine::im2col
+                                                                : nn::conv_engine::winograd};
   if (process == nullptr) {
     train::image_trainer<models::resnet, Compressor, Optimizer> trainer(cfg, optimizer, options);
     return trainer.fit(train, &test);
@@ -226,7 +235,7 @@ int main(int argc, char** argv) {
       log_line(cat("resnet_train: ResNet-", 6 * f.depth_n + 2, ", ", f.workers,
                    endpoint != nullptr ? " MPI processes" : " workers", ", global batch ", f.batch,
                    ", ", train.size(), " training / ", test.size(), " test images, lr ", f.lr, ", ",
-                   f.optimizer, ", compression ", f.compress,
+                   f.optimizer, ", compression ", f.compress, ", convolutions ", f.conv,
                    f.local_bn ? ", per-worker BN" : ", synchronised BN",
                    f.augment ? ", crop+flip augmentation" : ""));
     train::image_trainer_options options;

@@ -156,6 +156,7 @@ set(resnet_cases
   "1|--lr: 'nan' is not finite|--lr|nan"
   "1|--batch: '-5' is negative|--batch|-5"
   "1|--compress: 'int4' is not accepted~ accepted: none, fp16, int8|--compress|int4"
+  "1|--conv: 'fft' is not accepted~ accepted: winograd, onednn, im2col|--conv|fft"
   "1|unknown flag '--epoch'|--epoch|2"
   "1|--checkpoint-every: '0' is out of range|--checkpoint-every|0"
   "1|resume needs a checkpoint directory|--resume"

@@ -113,11 +113,29 @@ std::vector<double> ref_conv(const std::vector<float>& x, const std::vector<floa
   return y;
 }
 
-/// The engines this build can run: im2col always, oneDNN when the build has it.
+/// The engines this build can run: im2col and Winograd always, oneDNN when the build has it.
 std::vector<nn::conv_engine> engines() {
-  std::vector<nn::conv_engine> all{nn::conv_engine::im2col};
+  std::vector<nn::conv_engine> all{nn::conv_engine::im2col, nn::conv_engine::winograd};
   if (nn::onednn_available) all.push_back(nn::conv_engine::onednn);
   return all;
+}
+
+/// One engine's y, dx and (dW, db) against im2col's: every value within `tolerance` of the
+/// largest of its kind.
+void require_near_im2col(const std::array<std::vector<float>, 3>& got,
+                         const std::array<std::vector<float>, 3>& want, double tolerance,
+                         const char* engine) {
+  const char* names[] = {"y", "dx", "dW,db"};
+  for (std::size_t t = 0; t < 3; ++t) {
+    double scale = 0;
+    for (const float v : want[t])
+      scale = std::max(scale, double(std::abs(v)));
+    REQUIRE(got[t].size() == want[t].size());
+    for (std::size_t i = 0; i < got[t].size(); ++i)
+      if (!(std::abs(double(got[t][i]) - want[t][i]) <= tolerance * scale))
+        FAIL(names[t] << "[" << i << "] " << engine << " " << got[t][i] << " im2col "
+                      << want[t][i]);
+  }
 }
 
 }  // namespace
@@ -256,16 +274,7 @@ TEST_CASE("conv2d on oneDNN equals the im2col engine (ResNet shapes, chunk tails
     const bool short_end =
         (lc.in.height + 2 * lc.win.padding - lc.win.kernel) % lc.win.stride > lc.win.padding;
     REQUIRE(conv.runs_onednn(n) == !short_end);
-    const char* names[] = {"y", "dx", "dW,db"};
-    for (std::size_t t = 0; t < 3; ++t) {
-      double scale = 0;
-      for (const float v : want[t])
-        scale = std::max(scale, double(std::abs(v)));
-      REQUIRE(got[t].size() == want[t].size());
-      for (std::size_t i = 0; i < got[t].size(); ++i)
-        if (!(std::abs(double(got[t][i]) - want[t][i]) <= 1e-5 * scale))
-          FAIL(names[t] << "[" << i << "] onednn " << got[t][i] << " im2col " << want[t][i]);
-    }
+    require_near_im2col(got, want, 1e-5, "onednn");
     // A copy of the layer computes the same (it builds its own primitives).
     nn::conv2d copy = conv;
     std::vector<float> y2(n * out.size());
@@ -275,15 +284,93 @@ TEST_CASE("conv2d on oneDNN equals the im2col engine (ResNet shapes, chunk tails
   }
 }
 
+TEST_CASE("conv2d on Winograd equals the im2col engine (ResNet shapes, tails, odd sizes)",
+          "[nn][conv2d]") {
+  struct layer_case {
+    nn::map_shape in;
+    std::size_t out_channels;
+    bool bias;
+    std::size_t batch;
+  };
+  // ResNet-20's 3x3 stride-1 shapes (stem, each stage) with batches that leave a short last
+  // chunk; maps whose sides are not multiples of the 4x4 tile (and smaller than one tile);
+  // channel counts that are not multiples of the 8-channel vector step.
+  const std::vector<layer_case> cases{
+      {{28, 28, 1}, 16, false, 5}, {{28, 28, 16}, 16, false, 3}, {{14, 14, 32}, 32, false, 13},
+      {{7, 7, 64}, 64, false, 23}, {{9, 11, 3}, 5, true, 4},     {{13, 5, 12}, 20, true, 3},
+      {{1, 1, 9}, 3, true, 2},     {{2, 3, 8}, 8, false, 3},     {{6, 6, 17}, 9, true, 40}};
+  for (const auto& lc : cases) {
+    INFO(lc.in.height << "x" << lc.in.width << "x" << lc.in.channels << " -> " << lc.out_channels
+                      << " bias " << lc.bias << " batch " << lc.batch);
+    nn::parameter_set ps;
+    nn::conv2d conv(ps, lc.in, lc.out_channels, {3, 1, 1}, lc.bias, "c");
+    ps.allocate(11);
+    const auto out = conv.output_shape();
+    const std::size_t n = lc.batch;
+    const auto x = random_values(n * lc.in.size(), 12);
+    const auto dy = random_values(n * out.size(), 13);
+    const auto run = [&](nn::conv_engine engine, bool with_dx) {
+      conv.set_engine(engine);
+      std::vector<float> y(n * out.size()), dx(n * lc.in.size());
+      matrix_view<float> dxv(dx.data(), n * lc.in.pixels(), lc.in.channels);
+      const matrix_view<const float> xv(x.data(), n * lc.in.pixels(), lc.in.channels);
+      conv.forward(ps.values(), xv, {y.data(), n * out.pixels(), out.channels});
+      conv.backward(ps.values(), xv, {dy.data(), n * out.pixels(), out.channels}, ps.grads(),
+                    with_dx ? &dxv : nullptr);
+      return std::array{y, dx, std::vector<float>(ps.grads().begin(), ps.grads().end())};
+    };
+    const auto want = run(nn::conv_engine::im2col, true);
+    const auto got = run(nn::conv_engine::winograd, true);
+    REQUIRE(conv.runs_winograd());
+    // Winograd's transforms round differently from the direct sum: a few 1e-6 of the largest
+    // value on these unit-scale values (measured ≤ 8e-6 on ResNet-20's shapes).
+    require_near_im2col(got, want, 2e-5, "winograd");
+    // Without dx (the network's first layer) dW and db are the same values.
+    const auto no_dx = run(nn::conv_engine::winograd, false);
+    REQUIRE(no_dx[2] == got[2]);
+    // A copy of the layer computes the same (it starts with its own scratch).
+    nn::conv2d copy = conv;
+    std::vector<float> y2(n * out.size());
+    copy.forward(ps.values(), {x.data(), n * lc.in.pixels(), lc.in.channels},
+                 {y2.data(), n * out.pixels(), out.channels});
+    REQUIRE(y2 == got[0]);
+  }
+}
+
+TEST_CASE("conv2d on Winograd: an empty batch gives zero gradients", "[nn][conv2d]") {
+  nn::parameter_set ps;
+  nn::conv2d conv(ps, {6, 6, 4}, 5, {3, 1, 1}, true, "c");
+  ps.allocate(3);
+  REQUIRE(conv.runs_winograd());
+  std::vector<float> grads(ps.size(), 1.0f), none;
+  const matrix_view<const float> empty(none.data(), 0, 4);
+  std::vector<float> y;
+  conv.forward(ps.values(), empty, {y.data(), 0, 5});
+  matrix_view<float> dx(y.data(), 0, 4);
+  conv.backward(ps.values(), empty, {none.data(), 0, 5}, grads, &dx);
+  REQUIRE(std::ranges::all_of(grads, [](float g) { return g == 0.0f; }));
+}
+
 TEST_CASE("conv2d engine choice: names, and oneDNN refused in a build without it", "[nn][conv2d]") {
   nn::parameter_set ps;
   nn::conv2d conv(ps, {4, 4, 2}, 3, {3, 1, 1}, false, "stem");
   CHECK(conv.engine() == nn::default_conv_engine);
+  CHECK(nn::default_conv_engine == nn::conv_engine::winograd);
+  CHECK(conv.runs_winograd());
+  CHECK_FALSE(conv.runs_onednn(2));
   CHECK(to_string(nn::conv_engine::onednn) == "onednn");
   CHECK(to_string(nn::conv_engine::im2col) == "im2col");
+  CHECK(to_string(nn::conv_engine::winograd) == "winograd");
+  // Windows Winograd does not cover run on oneDNN when the build has it, else on im2col.
+  for (const nn::window win : {nn::window{3, 2, 1}, nn::window{3, 1, 0}, nn::window{1, 1, 0}}) {
+    nn::conv2d other(ps, {8, 8, 4}, 4, win, false, "other");
+    CHECK_FALSE(other.runs_winograd());
+    CHECK(other.runs_onednn(2) == nn::onednn_available);
+  }
   conv.set_engine(nn::conv_engine::im2col);
   CHECK(conv.engine() == nn::conv_engine::im2col);
   CHECK_FALSE(conv.runs_onednn(2));
+  CHECK_FALSE(conv.runs_winograd());
   if (nn::onednn_available) {
     conv.set_engine(nn::conv_engine::onednn);
     CHECK(conv.runs_onednn(2));

@@ -63,6 +63,8 @@ class resnet {
     float bn_momentum = 0.1f;
     float bn_eps = 1e-5f;
     std::uint64_t seed = 0;  ///< initialisation seed of the parameters
+    /// How the convolutions compute (nn::conv_engine; `set_conv_engine` changes it later).
+    nn::conv_engine conv = nn::default_conv_engine;
   };
 
   resnet() : resnet(config{}) {}
@@ -91,6 +93,7 @@ class resnet {
     acts_.resize(blocks_.size() + 1);
     params_.allocate(c.seed);
     init_batch_norm();
+    set_conv_engine(c.conv);
   }
 
   // Layers keep no pointers into the model, but blocks hold thread-local scratch: no copies.
@@ -111,8 +114,9 @@ class resnet {
   /// Train (batch statistics) or eval (running statistics) for every BN layer.
   void set_mode(nn::mode m) noexcept { mode_ = m; }
   [[nodiscard]] nn::mode mode() const noexcept { return mode_; }
-  /// Sets every convolution's engine (nn::conv_engine: oneDNN by default when the build has
-  /// it, im2col + Eigen otherwise); throws `errc::unsupported` for oneDNN without it.
+  /// Sets every convolution's engine (nn::conv_engine; by default Winograd for the 3×3
+  /// stride-1 convolutions — all but the two stride-2 ones — and those two on oneDNN when the
+  /// build has it, else on im2col + Eigen); throws `errc::unsupported` for oneDNN without it.
   void set_conv_engine(nn::conv_engine engine) {
     stem_.set_engine(engine);
     for (auto& block : blocks_)
