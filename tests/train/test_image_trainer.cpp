@@ -92,15 +92,16 @@ TEST_CASE(
     "[train][image_trainer]") {
   const auto train_set = tiny_images(256, 2);
   const optim::momentum opt{.lr = 0.05f};
-  // The im2col engine, whose sums round least. Over 16 steps of this tiny net, a rounding-
-  // level difference (another order of the same sums) now and then flips a ReLU input that
-  // sits within rounding of 0, and one flipped mask moves the parameters by 1e-4 to 5e-3:
-  // over 12 data/trainer seeds (128 images, 2 epochs) im2col's 2- and 4-worker runs strayed
-  // from its 1-worker run beyond 1e-5 for 2 seeds, Winograd's (rounding ≈ 2× larger) for 3,
-  // and ≤ 5e-7 otherwise. models/test_resnet checks N workers = 1 worker for the default
-  // engine over 3 steps; this test is about the trainer's synchronised batch norm.
+  // A direct engine (oneDNN's kernels, as before Winograd; im2col without oneDNN). Over 16
+  // steps of this tiny net, a rounding-level difference (another order of the same sums) now
+  // and then flips a ReLU input that sits within rounding of 0, and one flipped mask moves the
+  // parameters by 1e-4 to 5e-3: over 12 data/trainer seeds (128 images, 2 epochs) im2col's 2-
+  // and 4-worker runs strayed from its 1-worker run beyond 1e-5 for 2 seeds, Winograd's
+  // (rounding ≈ 2× larger) for 3, and ≤ 5e-7 otherwise. models/test_resnet checks N workers = 1
+  // worker for the default engine over 3 steps; this test is about the trainer's synchronised batch
+  // norm.
   auto cfg = tiny_resnet();
-  cfg.conv = nn::conv_engine::im2col;
+  cfg.conv = nn::onednn_available ? nn::conv_engine::onednn : nn::conv_engine::im2col;
   train::image_trainer<models::resnet> one(cfg, opt, options_for(1));
   (void)one.fit(train_set);
   for (int workers : {2, 4}) {
